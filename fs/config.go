@@ -1,0 +1,57 @@
+package fs
+
+import (
+	"path/filepath"
+	"time"
+)
+
+// DefaultExcludes are the engine scratch paths that are not protected: a
+// job's temporary files never fill cmroot; the rename out of them into a
+// table is the event that matters. Each glob is matched against every
+// path component.
+var DefaultExcludes = []string{"_temporary", ".hive-staging*", ".spark-staging*", "_SUCCESS", "_started_*", "_committed_*"}
+
+// Config says what to mount and how.
+type Config struct {
+	// Backing is the directory the mount passes through to.
+	Backing string
+	// State holds the journal, the control socket and, by default,
+	// cmroot. Default: Backing/.cmfs. It is hidden from the mount.
+	State string
+	// CMRoot is the preservation store. Default: State/cmroot.
+	CMRoot string
+	// Retain is cmroot's retention.
+	Retain time.Duration
+	// Exclude lists globs of path components that are not protected;
+	// nil means DefaultExcludes.
+	Exclude []string
+	// AllowOther lets other users use the mount (implies
+	// default_permissions).
+	AllowOther bool
+	// Options are extra mount options (-o), passed to the kernel.
+	Options []string
+	// Debug logs every FUSE request.
+	Debug bool
+}
+
+// Paths inside the state directory.
+const (
+	JournalFile = "journal.db"
+	SocketFile  = "control.sock"
+	CMRootDir   = "cmroot"
+	StateDir    = ".cmfs" // default state directory name inside the backing directory
+)
+
+// WithDefaults returns cfg with every unset field filled in.
+func (cfg Config) WithDefaults() Config {
+	if cfg.State == "" {
+		cfg.State = filepath.Join(cfg.Backing, StateDir)
+	}
+	if cfg.CMRoot == "" {
+		cfg.CMRoot = filepath.Join(cfg.State, CMRootDir)
+	}
+	if cfg.Exclude == nil {
+		cfg.Exclude = DefaultExcludes
+	}
+	return cfg
+}
