@@ -63,7 +63,9 @@ func (l *Log) Get(id uint64) (*Event, error) { return nil, errors.New("unimpleme
 
 // Wait blocks until the log holds an event with id > after, or ctx ends,
 // and returns Last().
-func (l *Log) Wait(ctx context.Context, after uint64) (uint64, error) { return 0, errors.New("unimplemented") }
+func (l *Log) Wait(ctx context.Context, after uint64) (uint64, error) {
+	return 0, errors.New("unimplemented")
+}
 
 // Verify checks the journal's invariants: ids dense from 1 and strictly
 // increasing, every record's checksum, every event decodable, with a
