@@ -1,0 +1,40 @@
+// Package journal is cmfs's event log: the durable, ordered, checksummed
+// record of every change made through a mount, from which replicas are
+// built.
+//
+// # Contract
+//
+// Events get dense, strictly increasing ids starting at 1. Append returns
+// only after its events are durable (the commit is fsynced, unless
+// Options.NoSync), so an operation that journals before it acknowledges
+// its caller never acknowledges a change the log could lose. Appends from
+// many goroutines are group-committed: one writer goroutine takes every
+// pending request (up to Options.MaxBatch events), writes them in one
+// bbolt transaction and acknowledges all of them after that single commit,
+// so concurrent callers share fsyncs. A failed commit assigns no ids.
+//
+// Append rejects events that Verify would reject (empty type or path, a
+// malformed checksum, a negative size) and names that are not valid UTF-8,
+// which the JSON encoding could not store losslessly; it fails with
+// ErrInvalid rather than journal something a replica would get wrong.
+//
+// # One writer
+//
+// A writer holds an exclusive lock on the file (flock, through bbolt) for
+// as long as it is open: a live mount. Open fails with ErrLocked when the
+// lock is not free within Options.LockTimeout. A read-only Log takes a
+// shared lock only for the duration of each call (Open, Last, Range, Get,
+// Verify, each poll of Wait) and releases it in between, so that a reader
+// left running never keeps a mount from starting, and every call sees the
+// commits made before it. While a writer holds the file, read-only calls
+// fail with ErrLocked (Last returns the last id it saw): readers that
+// follow a live mount go through its control socket instead.
+//
+// # On-disk encoding
+//
+// The file is a bbolt database. Bucket "events" maps the event id, 8 bytes
+// big-endian, to a record: the xxh64 of the payload, 8 bytes big-endian,
+// followed by the payload, the event as JSON (the same object
+// `cmfs events --json` prints). Bucket "meta" holds "version" = "1".
+// Verify checks every record against all of this.
+package journal

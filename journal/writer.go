@@ -1,0 +1,163 @@
+package journal
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// request is one Append call on its way through the writer.
+type request struct {
+	events  []*Event
+	stamped []bool     // which events got their Time from the writer
+	err     error      // set when the request fails on its own
+	done    chan error // buffered: the writer never blocks on it
+}
+
+var requestPool = sync.Pool{New: func() any { return &request{done: make(chan error, 1)} }}
+
+func newRequest(events []*Event) *request {
+	r := requestPool.Get().(*request)
+	r.events = events
+	return r
+}
+
+// free returns r to the pool; only after its answer was received.
+func (r *request) free() {
+	r.events, r.stamped, r.err = nil, r.stamped[:0], nil
+	requestPool.Put(r)
+}
+
+// writer is the state of the writer goroutine, reused across commits.
+type writer struct {
+	batch  []*request
+	keys   []byte // 8 bytes per event of the batch
+	arena  []byte // the records of the batch, back to back
+	ends   []int  // ends[i] is where record i ends in arena
+	failed error  // a commit whose outcome is unknown: refuse all others
+}
+
+// run is the writer goroutine: it takes every pending request, up to
+// MaxBatch events, commits them together and answers them. It returns when
+// Close has closed reqs and the queue is drained.
+func (l *Log) run() {
+	defer close(l.stopped)
+	w := &l.w
+	for {
+		r, ok := <-l.reqs
+		if !ok {
+			return
+		}
+		w.batch = append(w.batch[:0], r)
+		n := len(r.events)
+	drain:
+		for n < l.opts.MaxBatch {
+			select {
+			case r, ok := <-l.reqs:
+				if !ok {
+					break drain
+				}
+				w.batch = append(w.batch, r)
+				n += len(r.events)
+			default:
+				break drain
+			}
+		}
+		l.commit(w.batch)
+		for i, r := range w.batch {
+			w.batch[i] = nil
+			r.done <- r.err
+		}
+	}
+}
+
+// commit stores the batch in one transaction and sets each request's err.
+func (l *Log) commit(batch []*request) {
+	w := &l.w
+	if w.failed != nil {
+		for _, r := range batch {
+			r.err = w.failed
+		}
+		return
+	}
+	now := time.Now().UTC()
+	w.keys, w.arena, w.ends = w.keys[:0], w.arena[:0], w.ends[:0]
+	id := l.last.Load()
+	for _, r := range batch {
+		keys, arena, ends, from := len(w.keys), len(w.arena), len(w.ends), id
+		for _, e := range r.events {
+			id++
+			e.ID = id
+			stamp := e.Time.IsZero()
+			if stamp {
+				e.Time = now
+			}
+			r.stamped = append(r.stamped, stamp)
+			var err error
+			if w.arena, err = appendRecord(w.arena, e); err != nil {
+				r.err = fmt.Errorf("append %s %q: %v: %w", e.Type, e.Path, err, ErrInvalid)
+				break
+			}
+			w.keys = binary.BigEndian.AppendUint64(w.keys, id)
+			w.ends = append(w.ends, len(w.arena))
+		}
+		if r.err != nil {
+			// Only this request fails: take back its ids.
+			r.reset()
+			w.keys, w.arena, w.ends, id = w.keys[:keys], w.arena[:arena], w.ends[:ends], from
+		}
+	}
+	if len(w.ends) == 0 {
+		return
+	}
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(eventsBucket)
+		// Keys only ever grow: fill pages completely.
+		b.FillPercent = 1.0
+		start := 0
+		for i, end := range w.ends {
+			if err := b.Put(w.keys[i*keyLen:(i+1)*keyLen], w.arena[start:end]); err != nil {
+				return err
+			}
+			start = end
+		}
+		return nil
+	})
+	if err != nil {
+		err = fmt.Errorf("journal commit: %w", err)
+		for _, r := range batch {
+			if r.err == nil {
+				r.reset()
+				r.err = err
+			}
+		}
+		// A commit that failed before writing its meta page left the
+		// database as it was, and the next one may try again. If the
+		// database shows anything else, the outcome is unknown: refuse
+		// every later append rather than reuse or skip ids.
+		var last uint64
+		if verr := l.db.View(func(tx *bolt.Tx) error {
+			var err error
+			last, err = lastID(tx)
+			return err
+		}); verr != nil || last != l.last.Load() {
+			w.failed = err
+		}
+		return
+	}
+	l.last.Store(id)
+	l.broadcast()
+}
+
+// reset undoes what the writer assigned to a request that failed.
+func (r *request) reset() {
+	for i, e := range r.events {
+		e.ID = 0
+		if i < len(r.stamped) && r.stamped[i] {
+			e.Time = time.Time{}
+		}
+	}
+}
