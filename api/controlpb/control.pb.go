@@ -454,14 +454,19 @@ func (x *FsckRequest) GetRepair() bool {
 	return false
 }
 
-// FsckResponse mirrors cmroot.Report.
+// FsckResponse mirrors control.Report: cmroot's report plus how many
+// names the journal references and, after a repair, what is still wrong.
 type FsckResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       int64                  `protobuf:"varint,1,opt,name=entries,proto3" json:"entries,omitempty"`
-	Orphans       []string               `protobuf:"bytes,2,rep,name=orphans,proto3" json:"orphans,omitempty"`
-	Missing       []string               `protobuf:"bytes,3,rep,name=missing,proto3" json:"missing,omitempty"`
-	Corrupt       []string               `protobuf:"bytes,4,rep,name=corrupt,proto3" json:"corrupt,omitempty"`
-	IndexFixed    int64                  `protobuf:"varint,5,opt,name=index_fixed,json=indexFixed,proto3" json:"index_fixed,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Entries    int64                  `protobuf:"varint,1,opt,name=entries,proto3" json:"entries,omitempty"`
+	Orphans    []string               `protobuf:"bytes,2,rep,name=orphans,proto3" json:"orphans,omitempty"`
+	Missing    []string               `protobuf:"bytes,3,rep,name=missing,proto3" json:"missing,omitempty"`
+	Corrupt    []string               `protobuf:"bytes,4,rep,name=corrupt,proto3" json:"corrupt,omitempty"`
+	IndexFixed int64                  `protobuf:"varint,5,opt,name=index_fixed,json=indexFixed,proto3" json:"index_fixed,omitempty"`
+	Referenced int64                  `protobuf:"varint,6,opt,name=referenced,proto3" json:"referenced,omitempty"`
+	Repaired   bool                   `protobuf:"varint,7,opt,name=repaired,proto3" json:"repaired,omitempty"`
+	// remaining lists the missing or corrupt entries a repair left behind.
+	Remaining     []string `protobuf:"bytes,8,rep,name=remaining,proto3" json:"remaining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -529,6 +534,27 @@ func (x *FsckResponse) GetIndexFixed() int64 {
 		return x.IndexFixed
 	}
 	return 0
+}
+
+func (x *FsckResponse) GetReferenced() int64 {
+	if x != nil {
+		return x.Referenced
+	}
+	return 0
+}
+
+func (x *FsckResponse) GetRepaired() bool {
+	if x != nil {
+		return x.Repaired
+	}
+	return false
+}
+
+func (x *FsckResponse) GetRemaining() []string {
+	if x != nil {
+		return x.Remaining
+	}
+	return nil
 }
 
 type GCRequest struct {
@@ -628,6 +654,135 @@ func (x *GCResponse) GetBytes() int64 {
 	return 0
 }
 
+type LookupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LookupRequest) Reset() {
+	*x = LookupRequest{}
+	mi := &file_control_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupRequest) ProtoMessage() {}
+
+func (x *LookupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
+func (*LookupRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *LookupRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// Entry mirrors cmroot.Entry, plus the entry file's path.
+type Entry struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Name              string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Xxh64             string                 `protobuf:"bytes,2,opt,name=xxh64,proto3" json:"xxh64,omitempty"`
+	Size              int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	PreservedUnixNano int64                  `protobuf:"varint,4,opt,name=preserved_unix_nano,json=preservedUnixNano,proto3" json:"preserved_unix_nano,omitempty"`
+	RefreshedUnixNano int64                  `protobuf:"varint,5,opt,name=refreshed_unix_nano,json=refreshedUnixNano,proto3" json:"refreshed_unix_nano,omitempty"`
+	Path              string                 `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Entry) Reset() {
+	*x = Entry{}
+	mi := &file_control_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Entry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Entry) ProtoMessage() {}
+
+func (x *Entry) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Entry.ProtoReflect.Descriptor instead.
+func (*Entry) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Entry) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Entry) GetXxh64() string {
+	if x != nil {
+		return x.Xxh64
+	}
+	return ""
+}
+
+func (x *Entry) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Entry) GetPreservedUnixNano() int64 {
+	if x != nil {
+		return x.PreservedUnixNano
+	}
+	return 0
+}
+
+func (x *Entry) GetRefreshedUnixNano() int64 {
+	if x != nil {
+		return x.RefreshedUnixNano
+	}
+	return 0
+}
+
+func (x *Entry) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
 var File_control_proto protoreflect.FileDescriptor
 
 const file_control_proto_rawDesc = "" +
@@ -668,25 +823,40 @@ const file_control_proto_rawDesc = "" +
 	"\x05xxh64\x18\x03 \x01(\tR\x05xxh64\x12\x0e\n" +
 	"\x02cm\x18\x04 \x01(\tR\x02cm\"%\n" +
 	"\vFsckRequest\x12\x16\n" +
-	"\x06repair\x18\x01 \x01(\bR\x06repair\"\x97\x01\n" +
+	"\x06repair\x18\x01 \x01(\bR\x06repair\"\xf1\x01\n" +
 	"\fFsckResponse\x12\x18\n" +
 	"\aentries\x18\x01 \x01(\x03R\aentries\x12\x18\n" +
 	"\aorphans\x18\x02 \x03(\tR\aorphans\x12\x18\n" +
 	"\amissing\x18\x03 \x03(\tR\amissing\x12\x18\n" +
 	"\acorrupt\x18\x04 \x03(\tR\acorrupt\x12\x1f\n" +
 	"\vindex_fixed\x18\x05 \x01(\x03R\n" +
-	"indexFixed\"2\n" +
+	"indexFixed\x12\x1e\n" +
+	"\n" +
+	"referenced\x18\x06 \x01(\x03R\n" +
+	"referenced\x12\x1a\n" +
+	"\brepaired\x18\a \x01(\bR\brepaired\x12\x1c\n" +
+	"\tremaining\x18\b \x03(\tR\tremaining\"2\n" +
 	"\tGCRequest\x12%\n" +
 	"\x0eretain_seconds\x18\x01 \x01(\x03R\rretainSeconds\"<\n" +
 	"\n" +
 	"GCResponse\x12\x18\n" +
 	"\aremoved\x18\x01 \x01(\x03R\aremoved\x12\x14\n" +
-	"\x05bytes\x18\x02 \x01(\x03R\x05bytes2\x9c\x02\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\"#\n" +
+	"\rLookupRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xb9\x01\n" +
+	"\x05Entry\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05xxh64\x18\x02 \x01(\tR\x05xxh64\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12.\n" +
+	"\x13preserved_unix_nano\x18\x04 \x01(\x03R\x11preservedUnixNano\x12.\n" +
+	"\x13refreshed_unix_nano\x18\x05 \x01(\x03R\x11refreshedUnixNano\x12\x12\n" +
+	"\x04path\x18\x06 \x01(\tR\x04path2\xde\x02\n" +
 	"\aControl\x12I\n" +
 	"\x06Status\x12\x1e.cmfs.control.v1.StatusRequest\x1a\x1f.cmfs.control.v1.StatusResponse\x12B\n" +
 	"\x06Events\x12\x1e.cmfs.control.v1.EventsRequest\x1a\x16.cmfs.control.v1.Event0\x01\x12C\n" +
 	"\x04Fsck\x12\x1c.cmfs.control.v1.FsckRequest\x1a\x1d.cmfs.control.v1.FsckResponse\x12=\n" +
-	"\x02GC\x12\x1a.cmfs.control.v1.GCRequest\x1a\x1b.cmfs.control.v1.GCResponseB,Z*github.com/cmfs-project/cmfs/api/controlpbb\x06proto3"
+	"\x02GC\x12\x1a.cmfs.control.v1.GCRequest\x1a\x1b.cmfs.control.v1.GCResponse\x12@\n" +
+	"\x06Lookup\x12\x1e.cmfs.control.v1.LookupRequest\x1a\x16.cmfs.control.v1.EntryB,Z*github.com/cmfs-project/cmfs/api/controlpbb\x06proto3"
 
 var (
 	file_control_proto_rawDescOnce sync.Once
@@ -700,7 +870,7 @@ func file_control_proto_rawDescGZIP() []byte {
 	return file_control_proto_rawDescData
 }
 
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_control_proto_goTypes = []any{
 	(*StatusRequest)(nil),  // 0: cmfs.control.v1.StatusRequest
 	(*StatusResponse)(nil), // 1: cmfs.control.v1.StatusResponse
@@ -711,22 +881,26 @@ var file_control_proto_goTypes = []any{
 	(*FsckResponse)(nil),   // 6: cmfs.control.v1.FsckResponse
 	(*GCRequest)(nil),      // 7: cmfs.control.v1.GCRequest
 	(*GCResponse)(nil),     // 8: cmfs.control.v1.GCResponse
+	(*LookupRequest)(nil),  // 9: cmfs.control.v1.LookupRequest
+	(*Entry)(nil),          // 10: cmfs.control.v1.Entry
 }
 var file_control_proto_depIdxs = []int32{
-	4, // 0: cmfs.control.v1.Event.files:type_name -> cmfs.control.v1.File
-	0, // 1: cmfs.control.v1.Control.Status:input_type -> cmfs.control.v1.StatusRequest
-	2, // 2: cmfs.control.v1.Control.Events:input_type -> cmfs.control.v1.EventsRequest
-	5, // 3: cmfs.control.v1.Control.Fsck:input_type -> cmfs.control.v1.FsckRequest
-	7, // 4: cmfs.control.v1.Control.GC:input_type -> cmfs.control.v1.GCRequest
-	1, // 5: cmfs.control.v1.Control.Status:output_type -> cmfs.control.v1.StatusResponse
-	3, // 6: cmfs.control.v1.Control.Events:output_type -> cmfs.control.v1.Event
-	6, // 7: cmfs.control.v1.Control.Fsck:output_type -> cmfs.control.v1.FsckResponse
-	8, // 8: cmfs.control.v1.Control.GC:output_type -> cmfs.control.v1.GCResponse
-	5, // [5:9] is the sub-list for method output_type
-	1, // [1:5] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	4,  // 0: cmfs.control.v1.Event.files:type_name -> cmfs.control.v1.File
+	0,  // 1: cmfs.control.v1.Control.Status:input_type -> cmfs.control.v1.StatusRequest
+	2,  // 2: cmfs.control.v1.Control.Events:input_type -> cmfs.control.v1.EventsRequest
+	5,  // 3: cmfs.control.v1.Control.Fsck:input_type -> cmfs.control.v1.FsckRequest
+	7,  // 4: cmfs.control.v1.Control.GC:input_type -> cmfs.control.v1.GCRequest
+	9,  // 5: cmfs.control.v1.Control.Lookup:input_type -> cmfs.control.v1.LookupRequest
+	1,  // 6: cmfs.control.v1.Control.Status:output_type -> cmfs.control.v1.StatusResponse
+	3,  // 7: cmfs.control.v1.Control.Events:output_type -> cmfs.control.v1.Event
+	6,  // 8: cmfs.control.v1.Control.Fsck:output_type -> cmfs.control.v1.FsckResponse
+	8,  // 9: cmfs.control.v1.Control.GC:output_type -> cmfs.control.v1.GCResponse
+	10, // 10: cmfs.control.v1.Control.Lookup:output_type -> cmfs.control.v1.Entry
+	6,  // [6:11] is the sub-list for method output_type
+	1,  // [1:6] is the sub-list for method input_type
+	1,  // [1:1] is the sub-list for extension type_name
+	1,  // [1:1] is the sub-list for extension extendee
+	0,  // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -740,7 +914,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

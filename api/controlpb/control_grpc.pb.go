@@ -29,6 +29,7 @@ const (
 	Control_Events_FullMethodName = "/cmfs.control.v1.Control/Events"
 	Control_Fsck_FullMethodName   = "/cmfs.control.v1.Control/Fsck"
 	Control_GC_FullMethodName     = "/cmfs.control.v1.Control/GC"
+	Control_Lookup_FullMethodName = "/cmfs.control.v1.Control/Lookup"
 )
 
 // ControlClient is the client API for Control service.
@@ -46,6 +47,9 @@ type ControlClient interface {
 	Fsck(ctx context.Context, in *FsckRequest, opts ...grpc.CallOption) (*FsckResponse, error)
 	// GC removes cmroot entries older than the retention.
 	GC(ctx context.Context, in *GCRequest, opts ...grpc.CallOption) (*GCResponse, error)
+	// Lookup returns where a cmroot entry lives, so a client on the same
+	// host (restore) can read the preserved original directly.
+	Lookup(ctx context.Context, in *LookupRequest, opts ...grpc.CallOption) (*Entry, error)
 }
 
 type controlClient struct {
@@ -105,6 +109,16 @@ func (c *controlClient) GC(ctx context.Context, in *GCRequest, opts ...grpc.Call
 	return out, nil
 }
 
+func (c *controlClient) Lookup(ctx context.Context, in *LookupRequest, opts ...grpc.CallOption) (*Entry, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Entry)
+	err := c.cc.Invoke(ctx, Control_Lookup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -120,6 +134,9 @@ type ControlServer interface {
 	Fsck(context.Context, *FsckRequest) (*FsckResponse, error)
 	// GC removes cmroot entries older than the retention.
 	GC(context.Context, *GCRequest) (*GCResponse, error)
+	// Lookup returns where a cmroot entry lives, so a client on the same
+	// host (restore) can read the preserved original directly.
+	Lookup(context.Context, *LookupRequest) (*Entry, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -141,6 +158,9 @@ func (UnimplementedControlServer) Fsck(context.Context, *FsckRequest) (*FsckResp
 }
 func (UnimplementedControlServer) GC(context.Context, *GCRequest) (*GCResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GC not implemented")
+}
+func (UnimplementedControlServer) Lookup(context.Context, *LookupRequest) (*Entry, error) {
+	return nil, status.Error(codes.Unimplemented, "method Lookup not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -228,6 +248,24 @@ func _Control_GC_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_Lookup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LookupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).Lookup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_Lookup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).Lookup(ctx, req.(*LookupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -246,6 +284,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GC",
 			Handler:    _Control_GC_Handler,
+		},
+		{
+			MethodName: "Lookup",
+			Handler:    _Control_Lookup_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

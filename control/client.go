@@ -1,0 +1,165 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cmfs-project/cmfs/api/controlpb"
+	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+// Client talks to a mount's control socket.
+type Client struct {
+	conn *grpc.ClientConn
+	rpc  controlpb.ControlClient
+}
+
+// Dial returns a client for the socket at socketPath. It fails with
+// ErrUnavailable when no socket is there; whether a mount answers on it
+// shows at the first call (Status is the cheap probe).
+func Dial(socketPath string) (*Client, error) {
+	abs, err := filepath.Abs(socketPath)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", socketPath, err)
+	}
+	fi, err := os.Stat(abs)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("dial %s: %w", socketPath, ErrUnavailable)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", socketPath, err)
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return nil, fmt.Errorf("dial %s: not a socket", socketPath)
+	}
+	conn, err := grpc.NewClient("unix://"+abs,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// An event of an rm -r names every file it preserved.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", socketPath, err)
+	}
+	return &Client{conn: conn, rpc: controlpb.NewControlClient(conn)}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Status is what a mount reports about itself.
+type Status struct {
+	Mountpoint  string `json:"mountpoint"`
+	Backing     string `json:"backing"`
+	State       string `json:"state"`
+	CMRoot      string `json:"cmroot"`
+	PID         int    `json:"pid"`
+	LastEventID uint64 `json:"last_event_id"`
+	CMEntries   int    `json:"cm_entries"`
+	CMBytes     int64  `json:"cm_bytes"`
+}
+
+// Status asks the mount for its status.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	r, err := c.rpc.Status(ctx, &controlpb.StatusRequest{})
+	if err != nil {
+		return Status{}, fromStatus(err)
+	}
+	return Status{
+		Mountpoint:  r.Mountpoint,
+		Backing:     r.Backing,
+		State:       r.State,
+		CMRoot:      r.Cmroot,
+		PID:         int(r.Pid),
+		LastEventID: r.LastEventId,
+		CMEntries:   int(r.CmEntries),
+		CMBytes:     r.CmBytes,
+	}, nil
+}
+
+// Events calls fn for every event with from <= id <= to (to 0: the
+// newest), then with follow for every new one until to is reached or ctx
+// ends (returning ctx's error). fn returning an error ends the stream and
+// Events returns that error.
+func (c *Client) Events(ctx context.Context, from, to uint64, follow bool, fn func(journal.Event) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.rpc.Events(ctx, &controlpb.EventsRequest{From: from, To: to, Follow: follow})
+	if err != nil {
+		return fromStatus(err)
+	}
+	for {
+		p, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fromStatus(err)
+		}
+		if err := fn(eventFromProto(p)); err != nil {
+			return err
+		}
+	}
+}
+
+// Fsck runs Fsck inside the mount.
+func (c *Client) Fsck(ctx context.Context, repair bool) (Report, error) {
+	r, err := c.rpc.Fsck(ctx, &controlpb.FsckRequest{Repair: repair})
+	if err != nil {
+		return Report{}, fromStatus(err)
+	}
+	return reportFromProto(r), nil
+}
+
+// GC runs GC inside the mount; retain 0 means the mount's retention.
+func (c *Client) GC(ctx context.Context, retain time.Duration) (GCResult, error) {
+	if retain < 0 {
+		return GCResult{}, fmt.Errorf("%w: negative retention %s", ErrInvalid, retain)
+	}
+	secs := int64(retain / time.Second)
+	if retain > 0 && secs == 0 {
+		secs = 1 // sub-second retention rounds up, never to "the default"
+	}
+	r, err := c.rpc.GC(ctx, &controlpb.GCRequest{RetainSeconds: secs})
+	if err != nil {
+		return GCResult{}, fromStatus(err)
+	}
+	return GCResult{Removed: int(r.Removed), Bytes: r.Bytes}, nil
+}
+
+// Entry is a cmroot entry and the path of its file.
+type Entry struct {
+	cmroot.Entry
+	Path string
+}
+
+// Lookup asks the mount where the named cmroot entry lives.
+func (c *Client) Lookup(ctx context.Context, name string) (Entry, error) {
+	r, err := c.rpc.Lookup(ctx, &controlpb.LookupRequest{Name: name})
+	if err != nil {
+		return Entry{}, fromStatus(err)
+	}
+	return Entry{
+		Entry: cmroot.Entry{
+			Name:      r.Name,
+			XXH64:     r.Xxh64,
+			Size:      r.Size,
+			Preserved: fromUnixNano(r.PreservedUnixNano),
+			Refreshed: fromUnixNano(r.RefreshedUnixNano),
+		},
+		Path: r.Path,
+	}, nil
+}

@@ -1,0 +1,168 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+// walkBatch bounds how many events one read transaction collects: events
+// are delivered outside the transaction, so a slow reader never holds the
+// journal's database open against its writer.
+const walkBatch = 512
+
+// Walk calls fn for every event with from <= id <= to in id order (from 0
+// means 1; to 0 means the newest). With follow it then waits for new
+// events and delivers them too, until to is reached, fn fails or ctx ends
+// (returning ctx.Err()).
+func Walk(ctx context.Context, j *journal.Log, from, to uint64, follow bool, fn func(*journal.Event) error) error {
+	if from == 0 {
+		from = 1
+	}
+	if to != 0 && to < from {
+		return fmt.Errorf("%w: range from %d to %d is empty", ErrInvalid, from, to)
+	}
+	next := from
+	for {
+		last := j.Last()
+		if to != 0 && last > to {
+			last = to
+		}
+		for next <= last {
+			end := min(next+walkBatch-1, last)
+			batch := make([]*journal.Event, 0, end-next+1)
+			if err := j.Range(next, end, func(e *journal.Event) error {
+				batch = append(batch, e)
+				return nil
+			}); err != nil {
+				return err
+			}
+			for _, e := range batch {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if err := fn(e); err != nil {
+					return err
+				}
+			}
+			next = end + 1
+		}
+		if !follow || (to != 0 && next > to) {
+			return nil
+		}
+		if _, err := j.Wait(ctx, next-1); err != nil {
+			return err
+		}
+	}
+}
+
+// Report is the outcome of Fsck.
+type Report struct {
+	// Entries is the number of entries in cmroot.
+	Entries int `json:"entries"`
+	// Referenced is the number of distinct cmroot names the journal's
+	// events reference.
+	Referenced int `json:"referenced"`
+	// Orphans are entries no event references.
+	Orphans []string `json:"orphans"`
+	// Missing are names events reference that cmroot lacks.
+	Missing []string `json:"missing"`
+	// Corrupt are entries whose content does not match their name.
+	Corrupt []string `json:"corrupt"`
+	// IndexFixed counts index records a repair rewrote.
+	IndexFixed int `json:"index_fixed"`
+	// Repaired says a repair ran; Remaining then lists the missing or
+	// corrupt entries still there after it.
+	Repaired  bool     `json:"repaired"`
+	Remaining []string `json:"remaining"`
+}
+
+// OK says whether every referenced original is present and sound (after
+// the repair, when one ran). Orphans are not a failure: they are kept
+// until gc removes them.
+func (r Report) OK() bool {
+	if r.Repaired {
+		return len(r.Remaining) == 0
+	}
+	return len(r.Missing) == 0 && len(r.Corrupt) == 0
+}
+
+// Clean says whether fsck found nothing at all worth reporting.
+func (r Report) Clean() bool {
+	return len(r.Orphans) == 0 && len(r.Missing) == 0 && len(r.Corrupt) == 0 && r.IndexFixed == 0
+}
+
+// Referenced returns every cmroot name the journal's events reference.
+func Referenced(j *journal.Log) (map[string]bool, error) {
+	refs := make(map[string]bool)
+	err := j.Range(1, 0, func(e *journal.Event) error {
+		for _, f := range e.Files {
+			if f.CM != "" {
+				refs[f.CM] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read journal: %w", err)
+	}
+	return refs, nil
+}
+
+// Fsck checks the store against every name the journal references. With
+// repair it lets the store fix what it can, then checks again so the
+// report says what is still wrong.
+func Fsck(j *journal.Log, store *cmroot.Store, repair bool) (Report, error) {
+	refs, err := Referenced(j)
+	if err != nil {
+		return Report{}, err
+	}
+	r, err := store.Fsck(refs, repair)
+	if err != nil {
+		return Report{}, fmt.Errorf("fsck cmroot: %w", err)
+	}
+	rep := Report{
+		Entries:    r.Entries,
+		Referenced: len(refs),
+		Orphans:    r.Orphans,
+		Missing:    r.Missing,
+		Corrupt:    r.Corrupt,
+		IndexFixed: r.IndexFixed,
+	}
+	if repair {
+		after, err := store.Fsck(refs, false)
+		if err != nil {
+			return Report{}, fmt.Errorf("fsck cmroot after repair: %w", err)
+		}
+		rep.Repaired = true
+		rep.Remaining = append(append([]string{}, after.Missing...), after.Corrupt...)
+	}
+	return rep, nil
+}
+
+// GCResult is the outcome of GC.
+type GCResult struct {
+	Removed int   `json:"removed"`
+	Bytes   int64 `json:"bytes"`
+}
+
+// GC removes the store's entries older than retain (measured from their
+// latest preservation).
+func GC(store *cmroot.Store, retain time.Duration, now time.Time) (GCResult, error) {
+	if retain < 0 {
+		return GCResult{}, fmt.Errorf("%w: negative retention %s", ErrInvalid, retain)
+	}
+	removed, err := store.GC(retain, now, nil)
+	if err != nil {
+		return GCResult{}, fmt.Errorf("gc cmroot: %w", err)
+	}
+	var res GCResult
+	for _, e := range removed {
+		res.Removed++
+		res.Bytes += e.Size
+	}
+	return res, nil
+}

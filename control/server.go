@@ -1,0 +1,195 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/cmfs-project/cmfs/api/controlpb"
+	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+// Info describes the mount a Server serves.
+type Info struct {
+	Mountpoint string
+	Backing    string
+	State      string
+	CMRoot     string
+	// Retain is the retention GC uses when a request names none.
+	Retain time.Duration
+}
+
+// Server serves the control service for one mount. The journal and the
+// store are the caller's; they must stay open until Serve has returned.
+type Server struct {
+	controlpb.UnimplementedControlServer
+
+	j     *journal.Log
+	store *cmroot.Store
+	info  Info
+
+	// maint serializes fsck and gc: two repairs must not race.
+	maint sync.Mutex
+
+	// life ends when Serve stops, so following streams end with it
+	// instead of holding the shutdown up.
+	life context.Context
+	end  context.CancelFunc
+}
+
+// NewServer returns a server for the mount described by info.
+func NewServer(j *journal.Log, store *cmroot.Store, info Info) *Server {
+	life, end := context.WithCancel(context.Background())
+	return &Server{j: j, store: store, info: info, life: life, end: end}
+}
+
+// Serve listens on socketPath (replacing a stale socket left by a crashed
+// mount, refusing one that still answers) with mode 0600, and serves until
+// ctx ends; it then stops, removes the socket and returns nil.
+func (s *Server) Serve(ctx context.Context, socketPath string) error {
+	defer s.end()
+	if err := removeStale(socketPath); err != nil {
+		return err
+	}
+	lis, err := net.Listen("unix", socketPath)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", socketPath, err)
+	}
+	if err := os.Chmod(socketPath, 0o600); err != nil {
+		lis.Close()
+		return fmt.Errorf("chmod %s: %w", socketPath, err)
+	}
+	srv := grpc.NewServer()
+	controlpb.RegisterControlServer(srv, s)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", socketPath, err)
+	case <-ctx.Done():
+	}
+	s.end()
+	stopped := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		// A unary fsck on a huge store; don't hold the unmount up.
+		srv.Stop()
+		<-stopped
+	}
+	<-errc
+	return nil
+}
+
+// removeStale removes a socket file nothing listens on any more.
+func removeStale(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stat %s: %w", path, err)
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%s exists and is not a socket", path)
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("%s: another process is serving on it", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
+	return nil
+}
+
+// Status implements controlpb.ControlServer.
+func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*controlpb.StatusResponse, error) {
+	entries, bytes := s.store.Stats()
+	return &controlpb.StatusResponse{
+		Mountpoint:  s.info.Mountpoint,
+		Backing:     s.info.Backing,
+		State:       s.info.State,
+		Cmroot:      s.info.CMRoot,
+		Pid:         int64(os.Getpid()),
+		LastEventId: s.j.Last(),
+		CmEntries:   int64(entries),
+		CmBytes:     bytes,
+	}, nil
+}
+
+// Events implements controlpb.ControlServer.
+func (s *Server) Events(req *controlpb.EventsRequest, stream grpc.ServerStreamingServer[controlpb.Event]) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	defer context.AfterFunc(s.life, cancel)()
+	err := Walk(ctx, s.j, req.From, req.To, req.Follow, func(e *journal.Event) error {
+		return stream.Send(eventToProto(e))
+	})
+	if err != nil && s.life.Err() != nil && stream.Context().Err() == nil {
+		// The mount is going away, not the client: end the stream cleanly.
+		return nil
+	}
+	return toStatus(err)
+}
+
+// Fsck implements controlpb.ControlServer.
+func (s *Server) Fsck(ctx context.Context, req *controlpb.FsckRequest) (*controlpb.FsckResponse, error) {
+	s.maint.Lock()
+	defer s.maint.Unlock()
+	r, err := Fsck(s.j, s.store, req.Repair)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return reportToProto(r), nil
+}
+
+// GC implements controlpb.ControlServer.
+func (s *Server) GC(ctx context.Context, req *controlpb.GCRequest) (*controlpb.GCResponse, error) {
+	retain := time.Duration(req.RetainSeconds) * time.Second
+	if req.RetainSeconds == 0 {
+		retain = s.info.Retain
+	}
+	if retain == 0 {
+		retain = cmroot.DefaultRetain
+	}
+	s.maint.Lock()
+	defer s.maint.Unlock()
+	res, err := GC(s.store, retain, time.Now())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &controlpb.GCResponse{Removed: int64(res.Removed), Bytes: res.Bytes}, nil
+}
+
+// Lookup implements controlpb.ControlServer.
+func (s *Server) Lookup(ctx context.Context, req *controlpb.LookupRequest) (*controlpb.Entry, error) {
+	if req.Name == "" {
+		return nil, toStatus(fmt.Errorf("%w: empty entry name", ErrInvalid))
+	}
+	e, err := s.store.Lookup(req.Name)
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("lookup %s: %w", req.Name, err))
+	}
+	return &controlpb.Entry{
+		Name:              e.Name,
+		Xxh64:             e.XXH64,
+		Size:              e.Size,
+		PreservedUnixNano: unixNano(e.Preserved),
+		RefreshedUnixNano: unixNano(e.Refreshed),
+		Path:              s.store.Path(e.Name),
+	}, nil
+}
