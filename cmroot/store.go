@@ -2,14 +2,29 @@ package cmroot
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
+	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
 )
 
 // Errors returned by Store.
 var (
 	// ErrNotFound is returned when no entry has the requested name or checksum.
 	ErrNotFound = errors.New("cmroot: no such entry")
+	// ErrChecksum is returned when content does not hash to the checksum it
+	// should have: a copy made by Preserve, or an entry read by Restore.
+	ErrChecksum = errors.New("cmroot: checksum mismatch")
+	// ErrInUse is returned by Open when another process has the store open.
+	ErrInUse = errors.New("cmroot: store is in use by another process")
+	// ErrClosed is returned by operations on a closed Store.
+	ErrClosed = errors.New("cmroot: store is closed")
 )
 
 // Entry is one preserved original.
@@ -34,49 +49,272 @@ type Options struct {
 // DefaultRetain is the default retention.
 const DefaultRetain = 24 * time.Hour
 
+// Names inside the store directory. None of them can be an entry name or a
+// fan-out directory, which are hex.
+const (
+	indexFile   = ".index.db"
+	lockFile    = ".lock"
+	tmpDir      = ".tmp"
+	corruptDir  = ".corrupt"
+	copyBufSize = 1 << 20
+	numStripes  = 256
+)
+
 // Store is a content-addressed preservation store.
-type Store struct{}
+type Store struct {
+	dir    string
+	retain time.Duration
+	sync   bool
+	sys    sysOps
+	lock   *os.File // flock'ed for the store's lifetime
+
+	// stripes serialise everything that changes one entry (its file and its
+	// record) without serialising unrelated entries.
+	stripes [numStripes]sync.Mutex
+
+	dbMu   sync.RWMutex // guards db against Close
+	db     *bolt.DB
+	closed bool
+
+	// mem mirrors the index for the calls on the filesystem's hot path.
+	mem     sync.RWMutex
+	links   map[uint64]uint32 // inode → entries sharing it with an original
+	entries int
+	bytes   int64
+}
+
+// sysOps are the system calls Preserve makes; tests replace them to inject
+// faults (EXDEV, ENOSPC) without a second filesystem or a full disk.
+type sysOps struct {
+	// rename moves oldpath to newpath and fails with EEXIST if newpath exists.
+	rename func(oldpath, newpath string) error
+	link   func(oldpath, newpath string) error
+	// write writes p to f (the copy path).
+	write func(f *os.File, p []byte) (int, error)
+	now   func() time.Time
+}
+
+func defaultSys() sysOps {
+	return sysOps{
+		rename: renameNoReplace,
+		link:   os.Link,
+		write:  func(f *os.File, p []byte) (int, error) { return f.Write(p) },
+		now:    time.Now,
+	}
+}
 
 // Name returns the entry name for content with this checksum and size.
-func Name(xxh64 string, size int64) string { return "" }
+func Name(xxh64 string, size int64) string {
+	return xxh64 + "-" + strconv.FormatInt(size, 10)
+}
 
-// Open opens or creates the store in dir.
-func Open(dir string, opts Options) (*Store, error) { return nil, errors.New("unimplemented") }
+// Sum formats an xxh64 digest as entry names and `xxhsum -H64` spell it.
+func Sum(d uint64) string { return fmt.Sprintf("%016x", d) }
+
+// SumOf returns the xxh64 checksum of b, as Sum formats it.
+func SumOf(b []byte) string { return Sum(xxhash.Sum64(b)) }
+
+// ParseName splits an entry name into its checksum and size; ok is false if
+// name is not an entry name.
+func ParseName(name string) (xxh64 string, size int64, ok bool) {
+	if len(name) < 18 || name[16] != '-' || !validSum(name[:16]) {
+		return "", 0, false
+	}
+	digits := name[17:]
+	if len(digits) > 19 || (len(digits) > 1 && digits[0] == '0') {
+		return "", 0, false
+	}
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return "", 0, false
+		}
+	}
+	size, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return name[:16], size, true
+}
+
+func validSum(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Open opens or creates the store in dir. It fails with ErrInUse if another
+// process has it open. After an unclean shutdown, or if the index is
+// corrupt, it rebuilds the index from the directory (see the package doc).
+func Open(dir string, opts Options) (*Store, error) {
+	return open(dir, opts, defaultSys())
+}
+
+func open(dir string, opts Options, sys sysOps) (*Store, error) {
+	if opts.Retain < 0 {
+		return nil, fmt.Errorf("open cmroot %s: negative retention %v", dir, opts.Retain)
+	}
+	s := &Store{
+		dir:    filepath.Clean(dir),
+		retain: opts.Retain,
+		sync:   !opts.NoSync,
+		sys:    sys,
+		links:  make(map[uint64]uint32),
+	}
+	if s.retain == 0 {
+		s.retain = DefaultRetain
+	}
+	if err := s.open(); err != nil {
+		if s.lock != nil {
+			s.lock.Close()
+		}
+		return nil, fmt.Errorf("open cmroot %s: %w", dir, err)
+	}
+	return s, nil
+}
+
+func (s *Store) open() error {
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return err
+	}
+	lf, err := os.OpenFile(filepath.Join(s.dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	s.lock = lf
+	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return ErrInUse
+		}
+		return fmt.Errorf("lock: %w", err)
+	}
+	for _, d := range []string{tmpDir, corruptDir} {
+		if err := os.MkdirAll(filepath.Join(s.dir, d), 0o700); err != nil {
+			return err
+		}
+	}
+	created := false
+	for i := 0; i < 256; i++ {
+		err := os.Mkdir(filepath.Join(s.dir, fmt.Sprintf("%02x", i)), 0o700)
+		if err == nil {
+			created = true
+		} else if !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	if created && s.sync {
+		if err := syncDir(s.dir); err != nil {
+			return err
+		}
+	}
+	// Nobody else has the store open, so whatever is in .tmp is a copy that
+	// a crash interrupted.
+	if err := clearDir(filepath.Join(s.dir, tmpDir)); err != nil {
+		return err
+	}
+	return s.openIndex()
+}
 
 // Dir returns the store's directory.
-func (s *Store) Dir() string { return "" }
+func (s *Store) Dir() string { return s.dir }
 
-// Preserve keeps the file at path, whose content has the given checksum and
-// size, as an entry. With move it renames path into the store (same
-// filesystem) or copies and fsyncs it and then removes path (another
-// filesystem); without move it hard-links path into the store when that
-// works, and copies otherwise, leaving path in place. If an entry with
-// that name exists, Preserve only refreshes its retention (and, with move,
-// removes path). created says whether a new entry was made. On error path
-// is untouched and nothing is left in the store.
-func (s *Store) Preserve(path, xxh64 string, size int64, move bool) (name string, created bool, err error) {
-	return "", false, errors.New("unimplemented")
+// Retain returns the store's retention (Options.Retain or DefaultRetain).
+func (s *Store) Retain() time.Duration { return s.retain }
+
+// Path returns the filesystem path of the named entry. It is the one place
+// that knows the layout.
+func (s *Store) Path(name string) string {
+	if len(name) < 2 {
+		return filepath.Join(s.dir, name)
+	}
+	return filepath.Join(s.dir, name[:2], name)
 }
-
-// PreserveCopy copies the open file f into the store, computing its
-// checksum on the way, fsyncs the copy and returns the entry's name,
-// checksum and size. Used before an in-place change of f.
-func (s *Store) PreserveCopy(f *os.File) (name, xxh64 string, size int64, created bool, err error) {
-	return "", "", 0, false, errors.New("unimplemented")
-}
-
-// Drop removes an entry made by a Preserve that is being undone.
-func (s *Store) Drop(name string) error { return errors.New("unimplemented") }
-
-// Lookup returns the entry with this name.
-func (s *Store) Lookup(name string) (Entry, error) { return Entry{}, errors.New("unimplemented") }
-
-// Path returns the filesystem path of the named entry.
-func (s *Store) Path(name string) string { return "" }
 
 // Links returns how many hard links to inode ino the store holds, so the
-// filesystem can report them as absent.
-func (s *Store) Links(ino uint64) uint32 { return 0 }
+// filesystem can report them as absent. Only entries that share their inode
+// with an original (made by rename or link, on the original's filesystem)
+// count; a copy never does, so an inode number that happens to be equal on
+// another filesystem is not affected.
+func (s *Store) Links(ino uint64) uint32 {
+	s.mem.RLock()
+	n := s.links[ino]
+	s.mem.RUnlock()
+	return n
+}
 
-// Close closes the index.
-func (s *Store) Close() error { return nil }
+// Stats returns the number of entries and their total size.
+func (s *Store) Stats() (entries int, bytes int64) {
+	s.mem.RLock()
+	defer s.mem.RUnlock()
+	return s.entries, s.bytes
+}
+
+// Lookup returns the entry with this name, or ErrNotFound.
+func (s *Store) Lookup(name string) (Entry, error) {
+	r, err := s.get(name)
+	if err != nil {
+		return Entry{}, fmt.Errorf("lookup %s: %w", name, err)
+	}
+	if r == nil {
+		return Entry{}, fmt.Errorf("lookup %s: %w", name, ErrNotFound)
+	}
+	return r.entry(name), nil
+}
+
+// Find returns the entries whose content has checksum xxh64 (one per size;
+// normally at most one), or ErrNotFound.
+func (s *Store) Find(xxh64 string) ([]Entry, error) {
+	var out []Entry
+	prefix := []byte(xxh64 + "-")
+	err := s.view(func(b *bolt.Bucket) error {
+		c := b.Cursor()
+		for k, v := c.Seek(prefix); k != nil && len(k) > len(prefix) && string(k[:len(prefix)]) == string(prefix); k, v = c.Next() {
+			r, err := decodeRecord(v)
+			if err != nil {
+				continue
+			}
+			out = append(out, r.entry(string(k)))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("find %s: %w", xxh64, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("find %s: %w", xxh64, ErrNotFound)
+	}
+	return out, nil
+}
+
+// Close writes the clean-shutdown marker and closes the index. Calls after
+// the first return nil.
+func (s *Store) Close() error {
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.markClean()
+	if cerr := s.db.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := s.lock.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("close cmroot %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// stripe returns the mutex that serialises changes to entry name.
+func (s *Store) stripe(name string) *sync.Mutex {
+	return &s.stripes[xxhash.Sum64String(name)%numStripes]
+}

@@ -1,0 +1,48 @@
+// Package cmroot is cmfs's preservation store: the place where a file that
+// would be deleted or overwritten through a protected mount is kept instead
+// of being destroyed, as Hive's change management does with its CM root.
+//
+// Contract:
+//
+//   - Content-addressed. An entry is named "<xxh64>-<size>" (Name): 16
+//     lowercase hex digits, as `xxhsum -H64` prints them, and the size in
+//     decimal. The same content preserved twice is stored once; the second
+//     preservation only refreshes the entry's retention.
+//   - O(1) on the same filesystem. Preserve renames (move) or hard-links
+//     (keep) the original into the store, so the entry is the original
+//     inode. On another filesystem it copies, fsyncs and verifies the copy
+//     against the caller's checksum before anything is removed.
+//   - Retention lives in the store's own index only. Entry files are never
+//     chmod'ed, chown'ed or utimes'ed: a preserved file keeps the times and
+//     mode it had, so a program that still holds it open sees nothing change.
+//     Retention counts from Entry.Refreshed; GC never removes an entry
+//     younger than the retention.
+//   - Fails closed. If an original cannot be preserved (ENOSPC, EIO, …) the
+//     error wraps the errno (errors.Is works), the original is untouched, and
+//     no partial entry or temp file is left behind.
+//   - Crash safety. The directory is the truth; the index (bbolt, written
+//     without fsync because it is on the hot path of every delete) is a
+//     cache of facts derivable from it. Close writes a durable "clean"
+//     marker that Open consumes; after a crash (kill -9, power loss) Open
+//     rebuilds the index from the directory, keeping the retention times of
+//     records that survived and giving new-found entries their ctime (the
+//     time of the rename that preserved them), drops records whose file is
+//     gone and removes stale temp files. A corrupt index is rebuilt the same
+//     way. Preserved data itself is never lost: a moved original is in the
+//     store or still at its path, never neither; a copy becomes visible only
+//     after it is complete (and fsynced unless Options.NoSync).
+//     A rename or link into the store is not fsynced separately: it is as
+//     durable as the source filesystem's metadata, which the caller's own
+//     fsync (cmfs's journal commit, on ext4 or xfs) makes durable too.
+//
+// Layout of the store directory:
+//
+//	<dir>/00 … <dir>/ff     entries, fanned out by their first two hex digits
+//	<dir>/.index.db         the index (bbolt)
+//	<dir>/.lock             held (flock) by the one process that has the store open
+//	<dir>/.tmp/             copies in progress; emptied by Open
+//	<dir>/.corrupt/         entries Fsck found corrupt, moved aside, never deleted
+//
+// A Store is safe for concurrent use by multiple goroutines. One process at
+// a time may open a store directory; a second Open fails with ErrInUse.
+package cmroot

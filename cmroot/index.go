@@ -1,0 +1,413 @@
+package cmroot
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// The index: bucket "entries" maps an entry name to its record; bucket
+// "meta" holds the clean-shutdown marker.
+var (
+	entriesBucket = []byte("entries")
+	metaBucket    = []byte("meta")
+	cleanKey      = []byte("clean")
+)
+
+const (
+	recordVersion = 1
+	recordLen     = 1 + 1 + 8*4
+	flagShared    = 1 // the entry's inode is (or was) an original's inode
+)
+
+// record is what the index knows about one entry. The checksum is in the key.
+type record struct {
+	size      int64
+	ino       uint64
+	shared    bool
+	preserved int64 // unix nanoseconds
+	refreshed int64
+}
+
+func (r record) encode() []byte {
+	b := make([]byte, recordLen)
+	b[0] = recordVersion
+	if r.shared {
+		b[1] = flagShared
+	}
+	binary.BigEndian.PutUint64(b[2:], uint64(r.size))
+	binary.BigEndian.PutUint64(b[10:], r.ino)
+	binary.BigEndian.PutUint64(b[18:], uint64(r.preserved))
+	binary.BigEndian.PutUint64(b[26:], uint64(r.refreshed))
+	return b
+}
+
+func decodeRecord(b []byte) (record, error) {
+	if len(b) != recordLen || b[0] != recordVersion {
+		return record{}, fmt.Errorf("bad index record (%d bytes)", len(b))
+	}
+	return record{
+		shared:    b[1]&flagShared != 0,
+		size:      int64(binary.BigEndian.Uint64(b[2:])),
+		ino:       binary.BigEndian.Uint64(b[10:]),
+		preserved: int64(binary.BigEndian.Uint64(b[18:])),
+		refreshed: int64(binary.BigEndian.Uint64(b[26:])),
+	}, nil
+}
+
+func (r record) entry(name string) Entry {
+	return Entry{
+		Name:      name,
+		XXH64:     name[:min(16, len(name))],
+		Size:      r.size,
+		Ino:       r.ino,
+		Preserved: time.Unix(0, r.preserved),
+		Refreshed: time.Unix(0, r.refreshed),
+	}
+}
+
+// statRecord makes a record for an entry file found in the directory. The
+// file's ctime is when the rename or link that preserved it happened (entry
+// files are never chmod'ed or touched afterwards), so it stands in for the
+// lost preservation time.
+func statRecord(fi os.FileInfo) record {
+	st := fi.Sys().(*syscall.Stat_t)
+	ctime := time.Unix(int64(st.Ctim.Sec), int64(st.Ctim.Nsec)).UnixNano()
+	return record{
+		size:      fi.Size(),
+		ino:       st.Ino,
+		shared:    st.Nlink > 1,
+		preserved: ctime,
+		refreshed: ctime,
+	}
+}
+
+func boltOptions() *bolt.Options {
+	return &bolt.Options{
+		// The index is a cache of the directory, rebuilt after any unclean
+		// shutdown, so commits on the delete path need not wait for the disk.
+		NoSync:         true,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+		Timeout:        time.Second,
+	}
+}
+
+// openBolt opens the index file, turning bbolt's panics on a damaged file
+// into errors.
+func openBolt(path string) (db *bolt.DB, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			db, err = nil, fmt.Errorf("%w: %v", bolterrors.ErrInvalid, p)
+		}
+	}()
+	return bolt.Open(path, 0o600, boltOptions())
+}
+
+func corruptIndex(err error) bool {
+	return errors.Is(err, bolterrors.ErrInvalid) || errors.Is(err, bolterrors.ErrChecksum) ||
+		errors.Is(err, bolterrors.ErrVersionMismatch)
+}
+
+// openIndex opens the index, rebuilding it from the directory unless the
+// previous Close left it clean, and loads the in-memory mirror.
+func (s *Store) openIndex() error {
+	path := filepath.Join(s.dir, indexFile)
+	db, err := openBolt(path)
+	if err != nil && !corruptIndex(err) {
+		return fmt.Errorf("index: %w", err)
+	}
+	clean := false
+	if db != nil {
+		clean, err = readClean(db)
+		if err != nil {
+			clean = false
+		}
+	}
+	if !clean {
+		old := readRecords(db)
+		if db != nil {
+			db.Close()
+		}
+		if err := s.rebuildIndex(path, old); err != nil {
+			return fmt.Errorf("rebuild index: %w", err)
+		}
+		if db, err = openBolt(path); err != nil {
+			return fmt.Errorf("index: %w", err)
+		}
+	}
+	s.db = db
+	// Consume the marker durably before any unsynced commit can happen: a
+	// crash from here on must be seen as unclean by the next Open.
+	db.NoSync = false
+	err = db.Update(func(tx *bolt.Tx) error {
+		if _, err := tx.CreateBucketIfNotExists(entriesBucket); err != nil {
+			return err
+		}
+		m, err := tx.CreateBucketIfNotExists(metaBucket)
+		if err != nil {
+			return err
+		}
+		return m.Delete(cleanKey)
+	})
+	db.NoSync = true
+	if err != nil {
+		db.Close()
+		return fmt.Errorf("index: %w", err)
+	}
+	return s.loadMem()
+}
+
+func readClean(db *bolt.DB) (clean bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			clean, err = false, fmt.Errorf("%w: %v", bolterrors.ErrInvalid, p)
+		}
+	}()
+	err = db.View(func(tx *bolt.Tx) error {
+		m := tx.Bucket(metaBucket)
+		clean = m != nil && m.Get(cleanKey) != nil && tx.Bucket(entriesBucket) != nil
+		return nil
+	})
+	return clean, err
+}
+
+// readRecords salvages what it can of an index that was not closed
+// cleanly: the records' times are the only facts the directory cannot give
+// back.
+func readRecords(db *bolt.DB) map[string]record {
+	out := make(map[string]record)
+	if db == nil {
+		return out
+	}
+	defer func() { recover() }()
+	db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(entriesBucket)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			if r, err := decodeRecord(v); err == nil {
+				out[string(k)] = r
+			}
+			return nil
+		})
+	})
+	return out
+}
+
+// rebuildIndex writes a new index from the directory, keeping the times of
+// old records whose file still exists, and renames it over path.
+func (s *Store) rebuildIndex(path string, old map[string]record) error {
+	files, err := s.scanEntries()
+	if err != nil {
+		return err
+	}
+	tmp := path + ".new"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	db, err := bolt.Open(tmp, 0o600, boltOptions())
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp) // a no-op once renamed
+	put := func(batch map[string]record) error {
+		return db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucketIfNotExists(entriesBucket)
+			if err != nil {
+				return err
+			}
+			for name, r := range batch {
+				if err := b.Put([]byte(name), r.encode()); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	batch := make(map[string]record)
+	for name, fi := range files {
+		r := statRecord(fi)
+		if o, ok := old[name]; ok {
+			r.preserved, r.refreshed, r.shared = o.preserved, o.refreshed, o.shared || r.shared
+		}
+		batch[name] = r
+		if len(batch) == 10000 {
+			if err := put(batch); err != nil {
+				db.Close()
+				return err
+			}
+			clear(batch)
+		}
+	}
+	if err := put(batch); err != nil {
+		db.Close()
+		return err
+	}
+	if err := db.Sync(); err != nil {
+		db.Close()
+		return err
+	}
+	if err := db.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(s.dir)
+}
+
+// scanEntries lists the entry files in the fan-out directories. Files that
+// are not entries (bad names, wrong directory, not regular) are left out;
+// Fsck reports them.
+func (s *Store) scanEntries() (map[string]os.FileInfo, error) {
+	out := make(map[string]os.FileInfo)
+	err := s.walk(func(path, name string, fi os.FileInfo) error {
+		if _, _, ok := ParseName(name); ok && fi.Mode().IsRegular() && path == s.Path(name) {
+			out[name] = fi
+		}
+		return nil
+	})
+	return out, err
+}
+
+// walk calls fn for every file in the fan-out directories, with its path,
+// name and lstat.
+func (s *Store) walk(fn func(path, name string, fi os.FileInfo) error) error {
+	for i := 0; i < 256; i++ {
+		sub := filepath.Join(s.dir, fmt.Sprintf("%02x", i))
+		des, err := os.ReadDir(sub)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, de := range des {
+			fi, err := de.Info()
+			if errors.Is(err, os.ErrNotExist) {
+				continue // removed since ReadDir
+			}
+			if err != nil {
+				return err
+			}
+			if err := fn(filepath.Join(sub, de.Name()), de.Name(), fi); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// loadMem fills the in-memory mirror from the index.
+func (s *Store) loadMem() error {
+	return s.view(func(b *bolt.Bucket) error {
+		return b.ForEach(func(k, v []byte) error {
+			r, err := decodeRecord(v)
+			if err != nil {
+				return fmt.Errorf("index record %s: %w", k, err)
+			}
+			s.account(&r, 1)
+			return nil
+		})
+	})
+}
+
+// markClean durably records a clean shutdown, after everything committed
+// without fsync is on disk, so that a marker on disk implies a complete index.
+func (s *Store) markClean() error {
+	if err := s.db.Sync(); err != nil {
+		return err
+	}
+	s.db.NoSync = false
+	return s.db.Update(func(tx *bolt.Tx) error {
+		m, err := tx.CreateBucketIfNotExists(metaBucket)
+		if err != nil {
+			return err
+		}
+		return m.Put(cleanKey, []byte(time.Now().UTC().Format(time.RFC3339Nano)))
+	})
+}
+
+// view runs fn in a read transaction on the entries bucket.
+func (s *Store) view(fn func(b *bolt.Bucket) error) error {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return s.db.View(func(tx *bolt.Tx) error { return fn(tx.Bucket(entriesBucket)) })
+}
+
+// get returns the record of name, or nil.
+func (s *Store) get(name string) (*record, error) {
+	var out *record
+	err := s.view(func(b *bolt.Bucket) error {
+		v := b.Get([]byte(name))
+		if v == nil {
+			return nil
+		}
+		r, err := decodeRecord(v)
+		if err != nil {
+			return fmt.Errorf("index record %s: %w", name, err)
+		}
+		out = &r
+		return nil
+	})
+	return out, err
+}
+
+// put replaces the record of name with r (nil deletes it) and keeps the
+// in-memory mirror in step. Callers hold name's stripe.
+func (s *Store) put(name string, r *record) error {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	var old *record
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(entriesBucket)
+		if v := b.Get([]byte(name)); v != nil {
+			if o, err := decodeRecord(v); err == nil {
+				old = &o
+			}
+		}
+		if r == nil {
+			return b.Delete([]byte(name))
+		}
+		return b.Put([]byte(name), r.encode())
+	})
+	if err != nil {
+		return fmt.Errorf("index: %w", err)
+	}
+	s.account(old, -1)
+	s.account(r, 1)
+	return nil
+}
+
+func (s *Store) account(r *record, d int) {
+	if r == nil {
+		return
+	}
+	s.mem.Lock()
+	defer s.mem.Unlock()
+	s.entries += d
+	s.bytes += int64(d) * r.size
+	if r.shared {
+		n := int64(s.links[r.ino]) + int64(d)
+		if n <= 0 {
+			delete(s.links, r.ino)
+		} else {
+			s.links[r.ino] = uint32(n)
+		}
+	}
+}

@@ -1,0 +1,361 @@
+package cmroot
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+
+// Preserve keeps the file at path, whose content has the given checksum and
+// size, as an entry. With move it renames path into the store (same
+// filesystem) or copies and fsyncs it and then removes path (another
+// filesystem); without move it hard-links path into the store when that
+// works, and copies otherwise, leaving path in place. If an entry with
+// that name exists, Preserve only refreshes its retention (and, with move,
+// removes path). created says whether a new entry was made. On error path
+// is untouched and nothing is left in the store.
+//
+// Preserve trusts the caller's checksum on the rename and link paths (it
+// has the bytes already); a copy is hashed on the way and fails with
+// ErrChecksum if it differs. Errors read "preserve <path>: …" and wrap the
+// underlying errno (ENOSPC, EIO, ENOENT…), ErrChecksum or ErrClosed.
+func (s *Store) Preserve(path, xxh64 string, size int64, move bool) (name string, created bool, err error) {
+	name, created, err = s.preserve(path, xxh64, size, move)
+	if err != nil {
+		return "", false, fmt.Errorf("preserve %s: %w", path, err)
+	}
+	return name, created, nil
+}
+
+func (s *Store) preserve(path, sum string, size int64, move bool) (string, bool, error) {
+	if !validSum(sum) || size < 0 {
+		return "", false, fmt.Errorf("bad checksum %q or size %d", sum, size)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return "", false, err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", false, fmt.Errorf("not a regular file (%v)", fi.Mode().Type())
+	}
+	if fi.Size() != size {
+		return "", false, fmt.Errorf("size is %d, not %d", fi.Size(), size)
+	}
+	name := Name(sum, size)
+	dst := s.Path(name)
+	mu := s.stripe(name)
+	mu.Lock()
+	if move {
+		err = s.sys.rename(path, dst)
+	} else {
+		err = s.sys.link(path, dst)
+	}
+	switch {
+	case err == nil:
+		defer mu.Unlock()
+		now := s.sys.now().UnixNano()
+		r := record{size: size, ino: fi.Sys().(*syscall.Stat_t).Ino, shared: true, preserved: now, refreshed: now}
+		if err := s.put(name, &r); err != nil {
+			if move {
+				err = errors.Join(err, renameNoReplace(dst, path))
+			} else {
+				err = errors.Join(err, os.Remove(dst))
+			}
+			return "", false, err
+		}
+		return name, true, nil
+	case errors.Is(err, syscall.EEXIST):
+		defer mu.Unlock()
+		return name, false, s.refresh(name, path, move)
+	case errors.Is(err, syscall.EXDEV) || (!move && linkUnsupported(err)):
+		mu.Unlock()
+		created, err := s.copyIn(path, fi, name, move)
+		return name, created, err
+	default:
+		mu.Unlock()
+		return "", false, err
+	}
+}
+
+func linkUnsupported(err error) bool {
+	return errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EMLINK) ||
+		errors.Is(err, syscall.ENOTSUP) || errors.Is(err, syscall.ENOSYS)
+}
+
+// refresh restarts the retention of the existing entry name and, with move,
+// then removes path, whose content the entry already holds. Callers hold
+// name's stripe.
+func (s *Store) refresh(name, path string, move bool) error {
+	r, err := s.get(name)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		// The file is there but the index does not know it (a concurrent
+		// Fsck, or a store modified behind our back): adopt it.
+		fi, err := os.Lstat(s.Path(name))
+		if err != nil {
+			return err
+		}
+		nr := statRecord(fi)
+		r = &nr
+	}
+	nr := *r
+	nr.refreshed = s.sys.now().UnixNano()
+	if err := s.put(name, &nr); err != nil {
+		return err
+	}
+	if move {
+		return os.Remove(path)
+	}
+	return nil
+}
+
+// copyIn is Preserve across filesystems: copy into .tmp while hashing,
+// verify, fsync, rename into place, and only then (move) remove path.
+func (s *Store) copyIn(path string, fi os.FileInfo, name string, move bool) (created bool, err error) {
+	sum, size, _ := ParseName(name)
+	src, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer src.Close()
+	dst := s.Path(name)
+	mu := s.stripe(name)
+	locked := false
+	defer func() {
+		if locked {
+			mu.Unlock()
+		}
+	}()
+	exists := false
+	err = writeDurable(s.tmpPath(), fi.Mode().Perm(), s.sync,
+		func(f *os.File) error {
+			n, got, err := s.copyHashed(f, src)
+			if err != nil {
+				return err
+			}
+			if n != size {
+				return fmt.Errorf("copy has %d bytes, not %d", n, size)
+			}
+			if got != sum {
+				return fmt.Errorf("%w: copy hashes to %s, not %s", ErrChecksum, got, sum)
+			}
+			return nil
+		},
+		func(tmp string) (string, error) {
+			mu.Lock()
+			locked = true
+			err := s.sys.rename(tmp, dst)
+			if errors.Is(err, syscall.EEXIST) {
+				exists = true
+			}
+			return dst, err
+		})
+	if exists {
+		return false, s.refresh(name, path, move)
+	}
+	if err != nil {
+		return false, err
+	}
+	efi, err := os.Lstat(dst)
+	if err == nil {
+		r := statRecord(efi)
+		r.shared = false // a copy: its inode is nobody's original
+		r.preserved = s.sys.now().UnixNano()
+		r.refreshed = r.preserved
+		err = s.put(name, &r)
+	}
+	if err == nil && move {
+		if err = os.Remove(path); err != nil {
+			if perr := s.put(name, nil); perr != nil {
+				err = errors.Join(err, perr)
+			}
+		}
+	}
+	if err != nil {
+		return false, errors.Join(err, os.Remove(dst))
+	}
+	return true, nil
+}
+
+// copyHashed copies src from offset 0 to EOF into f, hashing the bytes on
+// the way. It reads with ReadAt, so src's file offset does not move.
+func (s *Store) copyHashed(f *os.File, src io.ReaderAt) (int64, string, error) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	d := xxhash.New()
+	var off int64
+	for {
+		n, rerr := src.ReadAt(buf, off)
+		if n > 0 {
+			d.Write(buf[:n])
+			if _, err := s.sys.write(f, buf[:n]); err != nil {
+				return off, "", err
+			}
+			off += int64(n)
+		}
+		if rerr == io.EOF {
+			return off, Sum(d.Sum64()), nil
+		}
+		if rerr != nil {
+			return off, "", rerr
+		}
+	}
+}
+
+// PreserveCopy copies the open file f into the store, computing its
+// checksum on the way, fsyncs the copy and returns the entry's name,
+// checksum and size. Used before an in-place change of f. It reads f with
+// ReadAt, so f's offset does not move. If the content is already stored,
+// the copy is discarded and the entry refreshed (created is false).
+func (s *Store) PreserveCopy(f *os.File) (name, xxh64 string, size int64, created bool, err error) {
+	name, created, err = s.preserveCopy(f)
+	if err != nil {
+		return "", "", 0, false, fmt.Errorf("preserve %s: %w", f.Name(), err)
+	}
+	xxh64, size, _ = ParseName(name)
+	return name, xxh64, size, created, nil
+}
+
+func (s *Store) preserveCopy(f *os.File) (string, bool, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return "", false, err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", false, fmt.Errorf("not a regular file (%v)", fi.Mode().Type())
+	}
+	var name string
+	var mu interface{ Unlock() }
+	defer func() {
+		if mu != nil {
+			mu.Unlock()
+		}
+	}()
+	exists := false
+	err = writeDurable(s.tmpPath(), fi.Mode().Perm(), s.sync,
+		func(tmp *os.File) error {
+			n, sum, err := s.copyHashed(tmp, f)
+			name = Name(sum, n)
+			return err
+		},
+		func(tmp string) (string, error) {
+			m := s.stripe(name)
+			m.Lock()
+			mu = m
+			dst := s.Path(name)
+			err := s.sys.rename(tmp, dst)
+			if errors.Is(err, syscall.EEXIST) {
+				exists = true
+			}
+			return dst, err
+		})
+	if exists {
+		return name, false, s.refresh(name, "", false)
+	}
+	if err != nil {
+		return "", false, err
+	}
+	dst := s.Path(name)
+	efi, err := os.Lstat(dst)
+	if err == nil {
+		r := statRecord(efi)
+		r.shared = false
+		r.preserved = s.sys.now().UnixNano()
+		r.refreshed = r.preserved
+		err = s.put(name, &r)
+	}
+	if err != nil {
+		return "", false, errors.Join(err, os.Remove(dst))
+	}
+	return name, true, nil
+}
+
+// Drop removes an entry made by a Preserve that is being undone. Only drop
+// an entry that Preserve reported as created: an entry that existed before
+// may hold other preservations. To undo a Preserve with move, whose entry is
+// the only copy of the data, use Unpreserve. It returns ErrNotFound if there is no
+// such entry.
+func (s *Store) Drop(name string) error {
+	if err := s.drop(name); err != nil {
+		return fmt.Errorf("drop %s: %w", name, err)
+	}
+	return nil
+}
+
+func (s *Store) drop(name string) error {
+	if _, _, ok := ParseName(name); !ok {
+		return ErrNotFound
+	}
+	mu := s.stripe(name)
+	mu.Lock()
+	defer mu.Unlock()
+	r, err := s.get(name)
+	if err != nil {
+		return err
+	}
+	err = os.Remove(s.Path(name))
+	if errors.Is(err, os.ErrNotExist) {
+		if r == nil {
+			return ErrNotFound
+		}
+		err = nil
+	}
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return nil
+	}
+	return s.put(name, nil)
+}
+
+// Unpreserve undoes a Preserve with move that created entry name: it puts
+// the entry back at path (which must not exist) and removes the entry — by
+// rename on the same filesystem, by a durable copy otherwise. Used when the
+// operation the preservation protected fails after all.
+func (s *Store) Unpreserve(name, path string) error {
+	if err := s.unpreserve(name, path); err != nil {
+		return fmt.Errorf("unpreserve %s to %s: %w", name, path, err)
+	}
+	return nil
+}
+
+func (s *Store) unpreserve(name, path string) error {
+	if _, _, ok := ParseName(name); !ok {
+		return ErrNotFound
+	}
+	mu := s.stripe(name)
+	mu.Lock()
+	defer mu.Unlock()
+	r, err := s.get(name)
+	if err != nil {
+		return err
+	}
+	src := s.Path(name)
+	err = renameNoReplace(src, path)
+	if errors.Is(err, syscall.EXDEV) {
+		if err = s.restore(name, path, false); err == nil {
+			err = os.Remove(src)
+		}
+	}
+	if errors.Is(err, os.ErrNotExist) && r == nil {
+		return ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	return s.put(name, nil)
+}
+
+func (s *Store) tmpPath() string { return filepath.Join(s.dir, tmpDir) }
