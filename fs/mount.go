@@ -1,11 +1,27 @@
 package fs
 
 import (
-	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Timeouts for the kernel's caches. Every change to the tree passes
+// through the mount, so caching is safe; changes made behind its back in
+// the backing directory show up after at most this long.
+const (
+	entryTimeout    = time.Second
+	attrTimeout     = time.Second
+	negativeTimeout = time.Second
 )
 
 // Mount mounts cfg.Backing at mountpoint with protection. The journal and
@@ -13,5 +29,97 @@ import (
 // server has been unmounted and waited for. cfg must have its defaults
 // filled in (Config.WithDefaults).
 func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (*fuse.Server, error) {
-	return nil, errors.New("unimplemented")
+	backing, err := filepath.Abs(cfg.Backing)
+	if err != nil {
+		return nil, err
+	}
+	r := &root{backing: backing, cm: store, log: j, exclude: cfg.Exclude, hidden: map[string]bool{}}
+	var bst, cst syscall.Stat_t
+	if err := syscall.Stat(backing, &bst); err != nil {
+		return nil, fmt.Errorf("backing %s: %w", backing, err)
+	}
+	for _, d := range []string{cfg.State, cfg.CMRoot} {
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			return nil, err
+		}
+		if rel, err := filepath.Rel(backing, abs); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
+			r.hidden[filepath.ToSlash(rel)] = true
+		}
+	}
+	if err := syscall.Stat(store.Dir(), &cst); err != nil {
+		return nil, fmt.Errorf("cmroot %s: %w", store.Dir(), err)
+	}
+	r.cmSameDev = cst.Dev == bst.Dev
+	// Replacement inodes are made in the state directory when it shares
+	// the backing filesystem; elsewhere O_TRUNC copies the original.
+	tmp := filepath.Join(cfg.State, "tmp")
+	if err := os.MkdirAll(tmp, 0700); err != nil {
+		return nil, err
+	}
+	var tst syscall.Stat_t
+	if syscall.Stat(tmp, &tst) == nil && tst.Dev == bst.Dev {
+		r.tmpDir = tmp
+		cleanDir(tmp)
+	}
+
+	lr := &gofs.LoopbackRoot{Path: backing, Dev: uint64(bst.Dev)}
+	rootNode := &node{LoopbackNode: &gofs.LoopbackNode{RootData: lr}, r: r}
+	lr.RootNode = rootNode
+
+	entry, attr, neg := entryTimeout, attrTimeout, negativeTimeout
+	opts := &gofs.Options{
+		EntryTimeout:    &entry,
+		AttrTimeout:     &attr,
+		NegativeTimeout: &neg,
+		MountOptions: fuse.MountOptions{
+			FsName:     backing,
+			Name:       "cmfs",
+			AllowOther: cfg.AllowOther,
+			Debug:      cfg.Debug,
+			// O_TRUNC must arrive with OPEN, or the kernel would open the
+			// file for writing first and the original would be copied.
+			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
+			DirectMount:       os.Geteuid() == 0,
+			MaxBackground:     64,
+		},
+	}
+	mo := append([]string(nil), cfg.Options...)
+	if cfg.AllowOther {
+		mo = append(mo, "default_permissions")
+	}
+	opts.MountOptions.Options = mo
+
+	raw := &gatedFS{RawFileSystem: gofs.NewNodeFS(rootNode, opts), gate: &r.gate}
+	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		server.Unmount()
+		return nil, err
+	}
+	return server, nil
+}
+
+// gatedFS holds root.gate shared for the whole of a release, including
+// go-fuse's unregistration of the node's passthrough backing file.
+type gatedFS struct {
+	fuse.RawFileSystem
+	gate *sync.RWMutex
+}
+
+func (g *gatedFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	g.gate.RLock()
+	defer g.gate.RUnlock()
+	g.RawFileSystem.Release(cancel, in)
+}
+
+// cleanDir removes what a previous mount left in its temporary directory.
+func cleanDir(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
 }

@@ -1,0 +1,41 @@
+// Package fs is cmfs's FUSE layer: a pass-through (loopback) filesystem
+// over a backing directory that preserves every original a change would
+// destroy and journals every completed change.
+//
+// It decides *when* to protect; the work is done by the journal (durable,
+// ordered events) and cmroot (the content-addressed preservation store).
+// The protection table (DESIGN.md §3):
+//
+//   - unlink moves the file into cmroot (rename, O(1)); a file that is still
+//     open for writing is copied instead, so later writes cannot change a
+//     preserved original.
+//   - rename over an existing file hard-links the old target into cmroot,
+//     then renames: the replacement stays atomic.
+//   - open with O_TRUNC of a non-empty file hard-links the original into
+//     cmroot and swaps a new empty inode into place (O(1)); when the node
+//     has other open handles or other hard links, the original is copied
+//     and truncated in place instead, so every link and descriptor sees
+//     native semantics.
+//   - truncate(2)/ftruncate(2) and opening a non-empty file for writing
+//     without O_TRUNC copy the original before any write can land: at open,
+//     because with FUSE passthrough writes never reach this process.
+//   - flush (close) after writes checksums the new content and journals it
+//     before close() returns.
+//   - rmdir of a database, table or partition is one structural event;
+//     rm -r yields one DELETE per file first.
+//
+// Every event is durable before the operation returns. If an original
+// cannot be preserved the operation fails with that error and the original
+// stays where it was (fail closed).
+//
+// Paths matching the exclude globs (engine scratch space) are passed
+// through unprotected; a rename out of them into a table journals the
+// arriving files as INSERTs. The state directory is invisible through the
+// mount.
+//
+// Known limits: content journaled at an intermediate close of a handle
+// that is written again afterwards (through a dup'd descriptor) is not
+// preserved, only the content at open and the content at the last close;
+// mode, owner, times and xattrs are not journaled; symlinks and special
+// files are journaled but not preserved.
+package fs

@@ -1,0 +1,421 @@
+package fs
+
+import (
+	"context"
+	"os"
+	"path"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"github.com/cmfs-project/cmfs/journal"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// node is one file or directory of the mount: a go-fuse loopback node with
+// protection on every operation that could destroy content.
+type node struct {
+	*gofs.LoopbackNode
+	r *root
+
+	mu      sync.Mutex
+	opens   int // handles open on this node
+	writers int // of which opened for writing
+}
+
+var (
+	_ = (gofs.NodeWrapChilder)((*node)(nil))
+	_ = (gofs.NodeLookuper)((*node)(nil))
+	_ = (gofs.NodeOpendirHandler)((*node)(nil))
+	_ = (gofs.NodeMkdirer)((*node)(nil))
+	_ = (gofs.NodeRmdirer)((*node)(nil))
+	_ = (gofs.NodeUnlinker)((*node)(nil))
+	_ = (gofs.NodeRenamer)((*node)(nil))
+	_ = (gofs.NodeLinker)((*node)(nil))
+	_ = (gofs.NodeSymlinker)((*node)(nil))
+	_ = (gofs.NodeMknoder)((*node)(nil))
+	_ = (gofs.NodeCreater)((*node)(nil))
+	_ = (gofs.NodeOpener)((*node)(nil))
+	_ = (gofs.NodeSetattrer)((*node)(nil))
+	_ = (gofs.NodeGetattrer)((*node)(nil))
+	_ = (gofs.NodeStatxer)((*node)(nil))
+	_ = (gofs.NodeTmpfiler)((*node)(nil))
+	_ = (gofs.NodeCopyFileRanger)((*node)(nil))
+)
+
+// WrapChild makes every node go-fuse creates below the root a *node.
+func (n *node) WrapChild(ctx context.Context, ops gofs.InodeEmbedder) gofs.InodeEmbedder {
+	return &node{LoopbackNode: ops.(*gofs.LoopbackNode), r: n.r}
+}
+
+// rel returns the node's path relative to the backing root, and false for
+// a node that is no longer in the tree.
+func (n *node) rel() (string, bool) {
+	if n.IsRoot() {
+		return "", true
+	}
+	if _, parent := n.Parent(); parent == nil {
+		return "", false
+	}
+	return n.Path(n.Root()), true
+}
+
+// child returns the mount-relative and backing paths of name in n.
+func (n *node) child(name string) (rel, abs string) {
+	dir, _ := n.rel()
+	rel = path.Join(dir, name)
+	return rel, n.r.abs(rel)
+}
+
+// childNode returns the node go-fuse holds for name, if any.
+func (n *node) childNode(name string) *node {
+	if ch := n.GetChild(name); ch != nil {
+		if cn, ok := ch.Operations().(*node); ok {
+			return cn
+		}
+	}
+	return nil
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if rel, _ := n.child(name); n.r.isHidden(rel) {
+		return nil, syscall.ENOENT
+	}
+	return n.LoopbackNode.Lookup(ctx, name, out)
+}
+
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	dir, _ := n.rel()
+	hides := false
+	for h := range n.r.hidden {
+		if path.Dir(h) == dir || (dir == "" && path.Dir(h) == ".") {
+			hides = true
+		}
+	}
+	if !hides {
+		return n.LoopbackNode.OpendirHandle(ctx, flags)
+	}
+	entries, err := os.ReadDir(n.r.abs(dir))
+	if err != nil {
+		return nil, 0, toErrno(err)
+	}
+	list := make([]fuse.DirEntry, 0, len(entries))
+	for _, e := range entries {
+		if n.r.isHidden(path.Join(dir, e.Name())) {
+			continue
+		}
+		var st syscall.Stat_t
+		if err := syscall.Lstat(filepath.Join(n.r.abs(dir), e.Name()), &st); err != nil {
+			continue // raced with a removal
+		}
+		list = append(list, fuse.DirEntry{Name: e.Name(), Mode: st.Mode, Ino: st.Ino})
+	}
+	return &listDir{list: list}, 0, 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	rel, abs := n.child(name)
+	if n.r.isHidden(rel) {
+		return nil, syscall.EPERM
+	}
+	ch, errno := n.LoopbackNode.Mkdir(ctx, name, mode, out)
+	if errno != 0 || n.r.excluded(rel) {
+		return ch, errno
+	}
+	if err := n.r.emit(ctx, dirEvent(true, rel)); err != nil {
+		syscall.Rmdir(abs)
+		return nil, toErrno(err)
+	}
+	return ch, 0
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	rel, abs := n.child(name)
+	if n.r.isHidden(rel) {
+		return syscall.ENOENT
+	}
+	if err := syscall.Rmdir(abs); err != nil {
+		return toErrno(err)
+	}
+	if n.r.excluded(rel) {
+		return 0
+	}
+	return toErrno(n.r.emit(ctx, dirEvent(false, rel)))
+}
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	rel, abs := n.child(name)
+	if n.r.isHidden(rel) {
+		return syscall.ENOENT
+	}
+	if n.r.excluded(rel) {
+		return toErrno(syscall.Unlink(abs))
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(abs, &st); err != nil {
+		return toErrno(err)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		if err := syscall.Unlink(abs); err != nil {
+			return toErrno(err)
+		}
+		return toErrno(n.r.emit(ctx, fileEvent(journal.Delete, rel)))
+	}
+	// An open writer would keep writing into a moved original: copy it.
+	ch := n.childNode(name)
+	if ch != nil {
+		ch.mu.Lock()
+		defer ch.mu.Unlock()
+	}
+	h := byMove
+	if ch != nil && ch.writers > 0 {
+		h = byCopy
+	}
+	orig, err := n.r.preserve(abs, h)
+	if err != nil {
+		return toErrno(err)
+	}
+	if h == byCopy {
+		if err := syscall.Unlink(abs); err != nil {
+			n.r.undo(orig, "")
+			return toErrno(err)
+		}
+	}
+	orig.Path = rel
+	if err := n.r.emit(ctx, fileEvent(journal.Delete, rel, orig.File)); err != nil {
+		n.r.undo(orig, abs)
+		return toErrno(err)
+	}
+	return 0
+}
+
+func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	oldRel, oldAbs := n.child(name)
+	newRel, newAbs := np.child(newName)
+	if n.r.isHidden(oldRel) || n.r.isHidden(newRel) {
+		return syscall.EPERM
+	}
+	oldEx, newEx := n.r.excluded(oldRel), n.r.excluded(newRel)
+
+	var src syscall.Stat_t
+	if err := syscall.Lstat(oldAbs, &src); err != nil {
+		return toErrno(err)
+	}
+	// Leaving the protected tree for scratch space is a delete: keep the
+	// originals before they become unprotected.
+	var events []*journal.Event
+	var kept []preserved
+	if !oldEx && newEx {
+		var err error
+		if events, kept, err = n.r.preserveTree(oldAbs, oldRel); err != nil {
+			return toErrno(err)
+		}
+	}
+	// The replaced target, if any.
+	var target *preserved
+	var tst syscall.Stat_t
+	if flags&unix.RENAME_NOREPLACE == 0 && flags&unix.RENAME_EXCHANGE == 0 && !newEx &&
+		syscall.Lstat(newAbs, &tst) == nil && tst.Mode&syscall.S_IFMT == syscall.S_IFREG &&
+		src.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		ch := np.childNode(newName)
+		if ch != nil {
+			ch.mu.Lock()
+			defer ch.mu.Unlock()
+		}
+		h := byLink
+		if ch != nil && ch.writers > 0 {
+			h = byCopy
+		}
+		p, err := n.r.preserve(newAbs, h)
+		if err != nil {
+			n.r.undoAll(kept)
+			return toErrno(err)
+		}
+		p.Path = newRel
+		target = &p
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, oldAbs, unix.AT_FDCWD, newAbs, uint(flags)); err != nil {
+		if target != nil {
+			n.r.undo(*target, "")
+		}
+		n.r.undoAll(kept)
+		return toErrno(err)
+	}
+	switch {
+	case oldEx && newEx:
+		return 0
+	case oldEx:
+		// Arriving from scratch space: the content is new to the tree.
+		var err error
+		if events, err = n.r.arrivals(newAbs, newRel); err != nil {
+			return toErrno(err)
+		}
+		if target != nil && len(events) > 0 {
+			events[0].Files = append(events[0].Files, target.File)
+		}
+	case newEx:
+		// events were built before the rename.
+	default:
+		e := renameEvent(oldRel, newRel, &src)
+		if src.Mode&syscall.S_IFMT == syscall.S_IFREG {
+			sum, st, err := n.r.sumPath(newAbs)
+			if err != nil {
+				return toErrno(err)
+			}
+			e.Files = append(e.Files, journal.File{Path: newRel, Size: st.Size, XXH64: sum})
+		}
+		if target != nil {
+			e.Files = append(e.Files, target.File)
+		}
+		if flags&unix.RENAME_EXCHANGE != 0 {
+			e.Target = "exchange"
+		}
+		events = append(events, e)
+	}
+	return toErrno(n.r.emit(ctx, events...))
+}
+
+// renameEvent types a rename by what moved: a database, table or
+// partition directory renamed within its level, or anything else.
+func renameEvent(oldRel, newRel string, st *syscall.Stat_t) *journal.Event {
+	loc := journal.Locate(oldRel)
+	t := journal.Rename
+	if st.Mode&syscall.S_IFMT == syscall.S_IFDIR && journal.Locate(newRel).Level == loc.Level {
+		switch loc.Level {
+		case journal.Database:
+			t = journal.RenameDatabase
+		case journal.Table:
+			t = journal.RenameTable
+		case journal.Partition:
+			t = journal.RenamePartition
+		}
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		loc = journal.Locate(path.Dir(oldRel))
+	}
+	return &journal.Event{Type: t, Path: oldRel, NewPath: newRel, DB: loc.DB, Table: loc.Table, Partition: loc.Partition}
+}
+
+func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	rel, abs := n.child(name)
+	if n.r.isHidden(rel) {
+		return nil, syscall.EPERM
+	}
+	tn, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	trel, live := tn.rel()
+	ch, errno := n.LoopbackNode.Link(ctx, target, name, out)
+	if errno != 0 || n.r.excluded(rel) || !live {
+		return ch, errno
+	}
+	sum, st, err := n.r.sumPath(abs)
+	if err != nil {
+		return ch, toErrno(err)
+	}
+	e := fileEvent(journal.Link, rel, journal.File{Path: rel, Size: st.Size, XXH64: sum})
+	e.Path, e.NewPath = trel, rel
+	if err := n.r.emit(ctx, e); err != nil {
+		syscall.Unlink(abs)
+		return nil, toErrno(err)
+	}
+	return ch, 0
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	rel, abs := n.child(name)
+	if n.r.isHidden(rel) {
+		return nil, syscall.EPERM
+	}
+	ch, errno := n.LoopbackNode.Symlink(ctx, target, name, out)
+	if errno != 0 || n.r.excluded(rel) {
+		return ch, errno
+	}
+	e := fileEvent(journal.Symlink, rel)
+	e.Target = target
+	if err := n.r.emit(ctx, e); err != nil {
+		syscall.Unlink(abs)
+		return nil, toErrno(err)
+	}
+	return ch, 0
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if rel, _ := n.child(name); n.r.isHidden(rel) {
+		return nil, syscall.EPERM
+	}
+	return n.LoopbackNode.Mknod(ctx, name, mode, rdev, out)
+}
+
+// Getattr reports links that only cmroot holds as absent: to every
+// program a preserved file looks deleted.
+func (n *node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if errno := n.LoopbackNode.Getattr(ctx, f, out); errno != 0 {
+		return errno
+	}
+	out.Nlink -= n.r.cmLinks(out.Mode, out.Ino, out.Nlink)
+	return 0
+}
+
+func (n *node) Statx(ctx context.Context, f gofs.FileHandle, flags, mask uint32, out *fuse.StatxOut) syscall.Errno {
+	if errno := n.LoopbackNode.Statx(ctx, f, flags, mask, out); errno != 0 {
+		return errno
+	}
+	out.Nlink -= n.r.cmLinks(uint32(out.Mode), out.Ino, out.Nlink)
+	return 0
+}
+
+// treeLinks returns how many links a file has outside cmroot.
+func (r *root) treeLinks(st *syscall.Stat_t) uint64 {
+	return st.Nlink - uint64(r.cmLinks(st.Mode, st.Ino, uint32(st.Nlink)))
+}
+
+// cmLinks returns how many of a file's nlink links live in cmroot.
+func (r *root) cmLinks(mode uint32, ino uint64, nlink uint32) uint32 {
+	if !r.cmSameDev || mode&syscall.S_IFMT != syscall.S_IFREG {
+		return 0
+	}
+	return min(r.cm.Links(ino), nlink)
+}
+
+func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn uint64, out *gofs.Inode, fhOut gofs.FileHandle, offOut uint64, len uint64, flags uint64) (uint32, syscall.Errno) {
+	in, ok1 := fhIn.(*file)
+	o, ok2 := fhOut.(*file)
+	if !ok1 || !ok2 {
+		return 0, syscall.ENOTSUP
+	}
+	return n.LoopbackNode.CopyFileRange(ctx, in.LoopbackFile, offIn, out, o.LoopbackFile, offOut, len, flags)
+}
+
+// listDir is a directory listing with hidden entries filtered out.
+type listDir struct {
+	list []fuse.DirEntry
+	pos  int
+}
+
+var (
+	_ = (gofs.FileReaddirenter)((*listDir)(nil))
+	_ = (gofs.FileSeekdirer)((*listDir)(nil))
+)
+
+func (d *listDir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	if d.pos >= len(d.list) {
+		return nil, 0
+	}
+	e := d.list[d.pos]
+	d.pos++
+	e.Off = uint64(d.pos)
+	return &e, 0
+}
+
+func (d *listDir) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	d.pos = int(off)
+	return 0
+}

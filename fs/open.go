@@ -1,0 +1,369 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/cmfs-project/cmfs/journal"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	rel, abs := n.child(name)
+	if n.r.isHidden(rel) {
+		return nil, nil, 0, syscall.EPERM
+	}
+	flags &^= syscall.O_APPEND
+	f, err := os.OpenFile(abs, int(flags)|os.O_CREATE|os.O_EXCL, os.FileMode(mode))
+	if err != nil {
+		if os.IsExist(err) && flags&syscall.O_EXCL == 0 {
+			return n.createExisting(ctx, name, flags, out)
+		}
+		return nil, nil, 0, toErrno(err)
+	}
+	preserveOwner(ctx, abs)
+	ch, errno := n.LoopbackNode.Lookup(ctx, name, out)
+	if errno != 0 {
+		f.Close()
+		syscall.Unlink(abs)
+		return nil, nil, 0, errno
+	}
+	cn := ch.Operations().(*node)
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	// A new file is new content, even if it is never written to.
+	return ch, cn.register(f, true, n.r.excluded(rel), true, nil), 0, 0
+}
+
+// createExisting is O_CREAT without O_EXCL of a file that exists: an open,
+// with the protection an open for writing gets.
+func (n *node) createExisting(ctx context.Context, name string, flags uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	ch, errno := n.LoopbackNode.Lookup(ctx, name, out)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	fh, fuseFlags, errno := ch.Operations().(*node).Open(ctx, flags)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(fh.(*file).f.Fd()), &st); err == nil {
+		out.Attr.FromStat(&st)
+	}
+	return ch, fh, fuseFlags, 0
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	flags &^= syscall.O_APPEND | fuse.FMODE_EXEC
+	rel, _ := n.rel()
+	abs := n.r.abs(rel)
+	trunc := flags&syscall.O_TRUNC != 0
+	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY || trunc
+	if !write || n.r.excluded(rel) {
+		f, err := os.OpenFile(abs, int(flags)|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return nil, 0, toErrno(err)
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.register(f, write, n.r.excluded(rel), false, nil), 0, 0
+	}
+
+	var st syscall.Stat_t
+	if err := syscall.Lstat(abs, &st); err != nil {
+		return nil, 0, toErrno(err)
+	}
+	mayReplace := trunc && st.Size > 0 && n.r.tmpDir != ""
+	if mayReplace {
+		// Exclusive against releases: see root.gate.
+		n.r.gate.Lock()
+		defer n.r.gate.Unlock()
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	// Look again under the lock: the file may have changed meanwhile.
+	if err := syscall.Lstat(abs, &st); err != nil {
+		return nil, 0, toErrno(err)
+	}
+	if !isReg(&st) || st.Size == 0 {
+		f, err := os.OpenFile(abs, int(flags)|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return nil, 0, toErrno(err)
+		}
+		return n.register(f, true, false, false, nil), 0, 0
+	}
+
+	if trunc {
+		var f *os.File
+		var orig preserved
+		var err error
+		if mayReplace && n.opens == 0 && n.r.treeLinks(&st) == 1 {
+			// O(1): keep the original inode in cmroot, put a new one in its place.
+			if orig, err = n.r.preserve(abs, byLink); err != nil {
+				return nil, 0, toErrno(err)
+			}
+			if f, err = n.r.replace(abs, &st, flags); err != nil {
+				n.r.undo(orig, "")
+				return nil, 0, toErrno(err)
+			}
+		} else {
+			// Other handles or links must see the truncation: copy, then
+			// truncate in place.
+			if orig, err = n.r.preserve(abs, byCopy); err != nil {
+				return nil, 0, toErrno(err)
+			}
+			if f, err = os.OpenFile(abs, int(flags)|syscall.O_NOFOLLOW, 0); err != nil {
+				n.r.undo(orig, "")
+				return nil, 0, toErrno(err)
+			}
+		}
+		orig.Path = rel
+		e := fileEvent(journal.Truncate, rel, journal.File{Path: rel, Size: 0, XXH64: emptySum}, orig.File)
+		if err := n.r.emit(ctx, e); err != nil {
+			f.Close()
+			return nil, 0, toErrno(err)
+		}
+		return n.register(f, true, false, false, nil), 0, 0
+	}
+
+	// An in-place update: with passthrough the writes never reach us, so
+	// the original is copied now, before the kernel has the file.
+	orig, err := n.r.preserve(abs, byCopy)
+	if err != nil {
+		return nil, 0, toErrno(err)
+	}
+	f, err := os.OpenFile(abs, int(flags)|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		n.r.undo(orig, "")
+		return nil, 0, toErrno(err)
+	}
+	return n.register(f, true, false, false, &orig), 0, 0
+}
+
+var replaceSeq atomic.Uint64
+
+// replace puts a new, empty inode with st's mode and owner at abs and
+// returns it opened with flags. The old inode is no longer at abs.
+func (r *root) replace(abs string, st *syscall.Stat_t, flags uint32) (*os.File, error) {
+	tmp := filepath.Join(r.tmpDir, fmt.Sprintf("replace-%d-%d", os.Getpid(), replaceSeq.Add(1)))
+	f, err := os.OpenFile(tmp, int(flags&^(syscall.O_TRUNC|syscall.O_APPEND))|os.O_CREATE|os.O_EXCL, 0600)
+	if err != nil {
+		return nil, err
+	}
+	fd := int(f.Fd())
+	if err = syscall.Fchown(fd, int(st.Uid), int(st.Gid)); err == nil {
+		err = syscall.Fchmod(fd, st.Mode&07777)
+	}
+	if err == nil {
+		err = os.Rename(tmp, abs)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	return f, nil
+}
+
+// register wraps an opened backing file as the node's handle; n.mu must
+// be held by the caller unless the node is new. The content of a created
+// file is journaled at its first close even if nothing is written; any
+// other handle journals only a change from the state it opened.
+func (n *node) register(f *os.File, write, excluded, created bool, orig *preserved) *file {
+	n.opens++
+	if write {
+		n.writers++
+	}
+	fh := &file{LoopbackFile: gofs.NewLoopbackFileFromOS(f), f: f, n: n, write: write, excluded: excluded, orig: orig}
+	var st syscall.Stat_t
+	if write && !created && syscall.Fstat(int(f.Fd()), &st) == nil {
+		fh.last, fh.synced = statState(&st), true
+	}
+	return fh
+}
+
+func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	size, ok := in.GetSize()
+	rel, live := n.rel()
+	if !ok || !live || n.r.excluded(rel) {
+		return n.setattr(ctx, f, in, out)
+	}
+	abs := n.r.abs(rel)
+	fh, _ := f.(*file)
+	mayReplace := fh == nil && size == 0 && n.r.tmpDir != ""
+	if mayReplace {
+		n.r.gate.Lock()
+		defer n.r.gate.Unlock()
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var st syscall.Stat_t
+	var err error
+	if fh != nil {
+		err = syscall.Fstat(int(fh.f.Fd()), &st)
+	} else {
+		err = syscall.Lstat(abs, &st)
+	}
+	if err != nil {
+		return toErrno(err)
+	}
+	if !isReg(&st) || uint64(st.Size) == size {
+		return n.setattr(ctx, f, in, out)
+	}
+
+	var orig *preserved
+	if st.Size > 0 {
+		if mayReplace && n.opens == 0 && n.r.treeLinks(&st) == 1 {
+			p, err := n.r.preserve(abs, byLink)
+			if err != nil {
+				return toErrno(err)
+			}
+			nf, err := n.r.replace(abs, &st, syscall.O_RDONLY)
+			if err != nil {
+				n.r.undo(p, "")
+				return toErrno(err)
+			}
+			nf.Close()
+			in.Valid &^= fuse.FATTR_SIZE
+			orig = &p
+		} else {
+			p, err := n.r.preserve(abs, byCopy)
+			if err != nil {
+				return toErrno(err)
+			}
+			orig = &p
+		}
+	}
+	if errno := n.setattr(ctx, f, in, out); errno != 0 {
+		if orig != nil && in.Valid&fuse.FATTR_SIZE != 0 {
+			n.r.undo(*orig, "")
+		}
+		return errno
+	}
+	sum := emptySum
+	if size > 0 {
+		if sum, _, err = n.r.sumPath(abs); err != nil {
+			return toErrno(err)
+		}
+	}
+	files := []journal.File{{Path: rel, Size: int64(size), XXH64: sum}}
+	if orig != nil {
+		orig.Path = rel
+		files = append(files, orig.File)
+	}
+	return toErrno(n.r.emit(ctx, fileEvent(journal.Truncate, rel, files...)))
+}
+
+// setattr is the plain loopback setattr, with cmroot's links hidden.
+func (n *node) setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if fh, ok := f.(*file); ok {
+		f = fh.LoopbackFile
+	}
+	if errno := n.LoopbackNode.Setattr(ctx, f, in, out); errno != 0 {
+		return errno
+	}
+	out.Nlink -= n.r.cmLinks(out.Mode, out.Ino, out.Nlink)
+	return 0
+}
+
+// Tmpfile is refused: an O_TMPFILE file has no path to protect, and the
+// kernel falls back to a named temporary file.
+func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	return nil, nil, 0, syscall.EOPNOTSUPP
+}
+
+// file is an open file of the mount. A handle opened for writing journals
+// the new content when it is closed (flush), before close() returns.
+type file struct {
+	*gofs.LoopbackFile
+	f        *os.File
+	n        *node
+	write    bool
+	excluded bool
+
+	mu sync.Mutex
+	// orig is the original copied at open, journaled with the first change.
+	orig *preserved
+	// last is the content state last journaled (or seen at open).
+	last   state
+	synced bool
+}
+
+var (
+	_ = (gofs.FileFlusher)((*file)(nil))
+	_ = (gofs.FileReleaser)((*file)(nil))
+	_ = (gofs.FilePassthroughFder)((*file)(nil))
+)
+
+func (f *file) Flush(ctx context.Context) syscall.Errno {
+	if errno := f.LoopbackFile.Flush(ctx); errno != 0 {
+		return errno
+	}
+	if !f.write || f.excluded {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.f.Fd()), &st); err != nil {
+		return toErrno(err)
+	}
+	if f.synced && statState(&st) == f.last {
+		return 0
+	}
+	r := f.n.r
+	rel, live := f.n.rel()
+	if !live || r.treeLinks(&st) == 0 || r.excluded(rel) {
+		return 0 // no longer in the protected tree: nothing to journal
+	}
+	sum, cur, err := r.sumFile(f.f)
+	if err != nil {
+		return toErrno(err)
+	}
+	if f.orig != nil && f.orig.XXH64 == sum && f.orig.Size == cur.Size {
+		// Written back unchanged: the copy was not needed.
+		if f.orig.created {
+			r.cm.Drop(f.orig.CM)
+		}
+		f.orig, f.last, f.synced = nil, statState(cur), true
+		return 0
+	}
+	files := []journal.File{{Path: rel, Size: cur.Size, XXH64: sum}}
+	if f.orig != nil {
+		o := f.orig.File
+		o.Path = rel
+		files = append(files, o)
+	}
+	if err := r.emit(ctx, fileEvent(journal.Write, rel, files...)); err != nil {
+		return toErrno(err)
+	}
+	f.orig, f.last, f.synced = nil, statState(cur), true
+	return 0
+}
+
+func (f *file) Release(ctx context.Context) syscall.Errno {
+	f.n.mu.Lock()
+	f.n.opens--
+	if f.write {
+		f.n.writers--
+	}
+	f.n.mu.Unlock()
+	return f.LoopbackFile.Release(ctx)
+}
+
+// preserveOwner gives a new file the caller's uid and gid, as the kernel
+// would, when cmfs runs as root.
+func preserveOwner(ctx context.Context, p string) {
+	if os.Getuid() != 0 {
+		return
+	}
+	if caller, ok := fuse.FromContext(ctx); ok {
+		syscall.Lchown(p, int(caller.Uid), int(caller.Gid))
+	}
+}

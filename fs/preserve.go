@@ -1,0 +1,150 @@
+package fs
+
+import (
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"syscall"
+
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+// How an original is preserved. A file still open for writing is always
+// copied: later writes through its handles must not reach cmroot.
+type how int
+
+const (
+	byMove how = iota // the path goes away (unlink)
+	byLink            // the path stays and will be replaced (rename over, O_TRUNC swap)
+	byCopy            // the path stays and will be changed in place, or is still being written
+)
+
+// preserved is an original kept in cmroot; File.Path is filled by the caller.
+type preserved struct {
+	journal.File
+	created bool // a new cmroot entry, not a refresh of an existing one
+	moved   bool // the original left its path
+}
+
+// preserve keeps the regular file at abs in cmroot.
+func (r *root) preserve(abs string, h how) (preserved, error) {
+	if h == byCopy {
+		f, err := os.Open(abs)
+		if err != nil {
+			return preserved{}, err
+		}
+		defer f.Close()
+		name, sum, size, created, err := r.cm.PreserveCopy(f)
+		if err != nil {
+			return preserved{}, err
+		}
+		return preserved{File: journal.File{Size: size, XXH64: sum, CM: name}, created: created}, nil
+	}
+	sum, st, err := r.sumPath(abs)
+	if err != nil {
+		return preserved{}, err
+	}
+	name, created, err := r.cm.Preserve(abs, sum, st.Size, h == byMove)
+	if err != nil {
+		return preserved{}, err
+	}
+	return preserved{File: journal.File{Size: st.Size, XXH64: sum, CM: name}, created: created, moved: h == byMove}, nil
+}
+
+// undo reverses a preservation whose operation failed: a moved original
+// goes back to abs, a new entry is dropped.
+func (r *root) undo(p preserved, abs string) {
+	if p.moved && abs != "" {
+		if p.created {
+			if os.Rename(r.cm.Path(p.CM), abs) == nil {
+				r.cm.Drop(p.CM)
+			}
+		} else {
+			r.cm.Restore(p.CM, abs)
+		}
+		return
+	}
+	if p.created {
+		r.cm.Drop(p.CM)
+	}
+}
+
+func (r *root) undoAll(ps []preserved) {
+	for _, p := range ps {
+		r.undo(p, "")
+	}
+}
+
+// preserveTree keeps every regular file under abs (a file or a directory)
+// before it leaves the protected tree, and returns the events that record
+// its departure.
+func (r *root) preserveTree(abs, rel string) ([]*journal.Event, []preserved, error) {
+	var events []*journal.Event
+	var kept []preserved
+	var dirs []string
+	err := filepath.WalkDir(abs, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		sub, _ := filepath.Rel(abs, p)
+		prel := path.Join(rel, filepath.ToSlash(sub))
+		switch {
+		case d.IsDir():
+			dirs = append(dirs, prel)
+		case d.Type().IsRegular():
+			pr, err := r.preserve(p, byLink)
+			if err != nil {
+				return err
+			}
+			pr.Path = prel
+			kept = append(kept, pr)
+			events = append(events, fileEvent(journal.Delete, prel, pr.File))
+		default:
+			events = append(events, fileEvent(journal.Delete, prel))
+		}
+		return nil
+	})
+	if err != nil {
+		r.undoAll(kept)
+		return nil, nil, err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		events = append(events, dirEvent(false, dirs[i]))
+	}
+	return events, kept, nil
+}
+
+// arrivals returns the events for a file or directory tree that just
+// arrived at abs from scratch space: its directories and its content are
+// new to the protected tree.
+func (r *root) arrivals(abs, rel string) ([]*journal.Event, error) {
+	var events []*journal.Event
+	err := filepath.WalkDir(abs, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		sub, _ := filepath.Rel(abs, p)
+		prel := path.Join(rel, filepath.ToSlash(sub))
+		switch {
+		case d.IsDir():
+			events = append(events, dirEvent(true, prel))
+		case d.Type().IsRegular():
+			sum, st, err := r.sumPath(p)
+			if err != nil {
+				return err
+			}
+			events = append(events, fileEvent(journal.Write, prel, journal.File{Path: prel, Size: st.Size, XXH64: sum}))
+		case d.Type()&fs.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			e := fileEvent(journal.Symlink, prel)
+			e.Target = target
+			events = append(events, e)
+		}
+		return nil
+	})
+	return events, err
+}
+
+// isReg says whether st is a regular file.
+func isReg(st *syscall.Stat_t) bool { return st.Mode&syscall.S_IFMT == syscall.S_IFREG }

@@ -1,0 +1,209 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+// emptySum is the xxh64 of no bytes.
+var emptySum = journal.Sum(nil)
+
+// root is the state every node of one mount shares.
+type root struct {
+	backing string
+	cm      *cmroot.Store
+	log     *journal.Log
+	exclude []string
+	// hidden holds the backing-relative paths of the state directory and
+	// cmroot when they live inside the backing directory.
+	hidden map[string]bool
+	// cmSameDev says cmroot is on the backing filesystem, so its entries
+	// may share inodes with files in the tree.
+	cmSameDev bool
+	// tmpDir is where replacement inodes are made before they are renamed
+	// into place: on the backing filesystem, invisible through the mount.
+	tmpDir string
+
+	// gate orders inode replacement against releases: a release holds it
+	// shared until go-fuse has dropped the node's passthrough backing file,
+	// a replacement holds it exclusively, so a new open can never inherit
+	// a backing file that now belongs to cmroot.
+	gate sync.RWMutex
+
+	sums sumCache
+}
+
+// abs returns the backing path of a mount-relative path.
+func (r *root) abs(rel string) string { return filepath.Join(r.backing, rel) }
+
+// excluded says whether rel lies in engine scratch space.
+func (r *root) excluded(rel string) bool {
+	if len(r.exclude) == 0 || rel == "" {
+		return false
+	}
+	for _, c := range strings.Split(rel, "/") {
+		for _, g := range r.exclude {
+			if ok, _ := path.Match(g, c); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isHidden says whether rel is the state directory or cmroot.
+func (r *root) isHidden(rel string) bool { return r.hidden[rel] }
+
+// emit journals events; it returns once they are durable.
+func (r *root) emit(ctx context.Context, events ...*journal.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	if err := r.log.Append(context.WithoutCancel(ctx), events...); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	return nil
+}
+
+// fileEvent builds the event for a change to the file at rel: INSERT
+// inside a table, the generic type t elsewhere.
+func fileEvent(t journal.Type, rel string, files ...journal.File) *journal.Event {
+	loc := journal.Locate(path.Dir(rel))
+	if t == journal.Write && loc.Table != "" {
+		t = journal.Insert
+	}
+	return &journal.Event{Type: t, Path: rel, DB: loc.DB, Table: loc.Table, Partition: loc.Partition, Files: files}
+}
+
+// dirEvent builds the event for creating (mk) or removing a directory,
+// typed by its level in the warehouse layout.
+func dirEvent(mk bool, rel string) *journal.Event {
+	loc := journal.Locate(rel)
+	t := map[journal.Level][2]journal.Type{
+		journal.Database:  {journal.CreateDatabase, journal.DropDatabase},
+		journal.Table:     {journal.CreateTable, journal.DropTable},
+		journal.Partition: {journal.AddPartition, journal.DropPartition},
+	}[loc.Level]
+	if t[0] == "" {
+		t = [2]journal.Type{journal.Mkdir, journal.Rmdir}
+	}
+	e := &journal.Event{Type: t[1], Path: rel, DB: loc.DB, Table: loc.Table, Partition: loc.Partition}
+	if mk {
+		e.Type = t[0]
+	}
+	return e
+}
+
+// state is what identifies one version of a file's content.
+type state struct {
+	ino, size    uint64
+	mtime, ctime int64
+}
+
+func statState(st *syscall.Stat_t) state {
+	return state{ino: st.Ino, size: uint64(st.Size), mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
+}
+
+// sumCache remembers the checksum of content cmfs has already hashed, so
+// deleting a file written through the mount costs no read of its data.
+type sumCache struct {
+	mu sync.Mutex
+	m  map[uint64]cachedSum
+}
+
+type cachedSum struct {
+	st  state
+	sum string
+}
+
+const sumCacheMax = 1 << 20
+
+func (c *sumCache) get(st state) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[st.ino]
+	if !ok || e.st != st {
+		return "", false
+	}
+	return e.sum, true
+}
+
+func (c *sumCache) put(st state, sum string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= sumCacheMax {
+		c.m = make(map[uint64]cachedSum)
+	}
+	c.m[st.ino] = cachedSum{st, sum}
+}
+
+// sumFile returns the checksum and size of the open file f, from the cache
+// when its state is unchanged since it was last hashed. A file that changes
+// while it is hashed is hashed again.
+func (r *root) sumFile(f *os.File) (string, *syscall.Stat_t, error) {
+	for try := 0; ; try++ {
+		var before syscall.Stat_t
+		if err := syscall.Fstat(int(f.Fd()), &before); err != nil {
+			return "", nil, err
+		}
+		if sum, ok := r.sums.get(statState(&before)); ok {
+			return sum, &before, nil
+		}
+		sum, err := hashReaderAt(f, before.Size)
+		if err != nil {
+			return "", nil, err
+		}
+		var after syscall.Stat_t
+		if err := syscall.Fstat(int(f.Fd()), &after); err != nil {
+			return "", nil, err
+		}
+		if statState(&before) == statState(&after) || try == 2 {
+			r.sums.put(statState(&after), sum)
+			return sum, &after, nil
+		}
+	}
+}
+
+// sumPath is sumFile for a path.
+func (r *root) sumPath(p string) (string, *syscall.Stat_t, error) {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		return "", nil, err
+	}
+	if sum, ok := r.sums.get(statState(&st)); ok {
+		return sum, &st, nil
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NOATIME, 0)
+	if err != nil {
+		// O_NOATIME needs ownership or CAP_FOWNER.
+		if f, err = os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0); err != nil {
+			return "", nil, err
+		}
+	}
+	defer f.Close()
+	return r.sumFile(f)
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+
+// hashReaderAt hashes the first size bytes of f without moving its offset.
+func hashReaderAt(f io.ReaderAt, size int64) (string, error) {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	d := xxhash.New()
+	if _, err := io.CopyBuffer(d, io.NewSectionReader(f, 0, size), *bp); err != nil {
+		return "", err
+	}
+	return journal.FormatSum(d.Sum64()), nil
+}
