@@ -12,6 +12,7 @@ import (
 	"github.com/cmfs-project/cmfs/journal"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
@@ -181,6 +182,9 @@ func (n *node) register(f *os.File, write, excluded, created bool, orig *preserv
 		n.writers++
 	}
 	fh := &file{LoopbackFile: gofs.NewLoopbackFileFromOS(f), f: f, n: n, write: write, excluded: excluded, orig: orig}
+	if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err == nil {
+		fh.readable = fl&syscall.O_ACCMODE != syscall.O_WRONLY
+	}
 	var st syscall.Stat_t
 	if write && !created && syscall.Fstat(int(f.Fd()), &st) == nil {
 		fh.last, fh.synced = statState(&st), true
@@ -285,6 +289,7 @@ type file struct {
 	f        *os.File
 	n        *node
 	write    bool
+	readable bool
 	excluded bool
 
 	mu sync.Mutex
@@ -322,7 +327,17 @@ func (f *file) Flush(ctx context.Context) syscall.Errno {
 	if !live || r.treeLinks(&st) == 0 || r.excluded(rel) {
 		return 0 // no longer in the protected tree: nothing to journal
 	}
-	sum, cur, err := r.sumFile(f.f)
+	src := f.f
+	if f.f.Fd() >= 0 && !f.readable {
+		// A write-only descriptor cannot be read back: open the same
+		// inode again for reading, wherever its name is now.
+		var err error
+		if src, err = os.Open(fmt.Sprintf("/proc/self/fd/%d", f.f.Fd())); err != nil {
+			return toErrno(err)
+		}
+		defer src.Close()
+	}
+	sum, cur, err := r.sumFile(src)
 	if err != nil {
 		return toErrno(err)
 	}
