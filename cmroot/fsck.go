@@ -42,6 +42,7 @@ func (s *Store) Fsck(referenced map[string]bool, repair bool) (Report, error) {
 func (s *Store) fsck(referenced map[string]bool, repair bool) (Report, error) {
 	var rep Report
 	good := make(map[string]bool)
+	bad := make(map[string]bool) // reported as corrupt, so not as missing
 	err := s.walk(func(path, name string, fi os.FileInfo) error {
 		ok, err := s.checkEntry(path, name, fi)
 		if err != nil {
@@ -49,6 +50,7 @@ func (s *Store) fsck(referenced map[string]bool, repair bool) (Report, error) {
 		}
 		if !ok {
 			rep.Corrupt = append(rep.Corrupt, name)
+			bad[name] = true
 			if repair {
 				return s.quarantine(path, name)
 			}
@@ -83,7 +85,7 @@ func (s *Store) fsck(referenced map[string]bool, repair bool) (Report, error) {
 		return rep, err
 	}
 	for name := range referenced {
-		if !referenced[name] || good[name] {
+		if !referenced[name] || good[name] || bad[name] {
 			continue
 		}
 		if _, _, ok := ParseName(name); ok {
