@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cmfs-project/cmfs/control"
+)
+
+type fsckOptions struct {
+	stateOptions
+	repair bool
+	json   bool
+}
+
+func newFsckCmd(g *globalOptions) *cobra.Command {
+	var opts fsckOptions
+	cmd := &cobra.Command{
+		Use:   "fsck [--state DIR | BACKING] [--repair] [--json]",
+		Short: "Check cmroot against the journal",
+		Long: `Check that every cmroot entry an event references is present and intact,
+and list orphans (entries no event references; gc removes them after the
+retention). Runs inside the mount when it is mounted. Exits 1 when an
+entry is missing or corrupt (after --repair: when the repair left one).`,
+		Example: `  cmfs fsck /data/warehouse
+  cmfs fsck --state /var/lib/cmfs --repair --json`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runFsck(cmd.Context(), g, opts, args)
+		},
+	}
+	opts.addFlags(cmd)
+	cmd.Flags().BoolVar(&opts.repair, "repair", false, "fix what can be fixed (index records, corrupt entries)")
+	cmd.Flags().BoolVar(&opts.json, "json", false, "print the report as JSON")
+	return cmd
+}
+
+func runFsck(ctx context.Context, g *globalOptions, opts fsckOptions, args []string) error {
+	t, _, err := opts.resolve(args, false)
+	if err != nil {
+		return err
+	}
+	var rep control.Report
+	if c, _ := live(ctx, t); c != nil {
+		defer c.Close()
+		if rep, err = c.Fsck(ctx, opts.repair); err != nil {
+			return fmt.Errorf("fsck: %w", err)
+		}
+	} else {
+		off, err := openOffline(t)
+		if err != nil {
+			return err
+		}
+		defer off.Close()
+		if rep, err = control.Fsck(off.j, off.store, opts.repair); err != nil {
+			return err
+		}
+	}
+	if opts.json {
+		b, err := json.Marshal(nonNil(rep))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stdout, "%s\n", b)
+	} else {
+		printReport(g, rep)
+	}
+	if !rep.OK() {
+		return &exitError{code: 1, msg: "fsck: " + problems(rep)}
+	}
+	return nil
+}
+
+func nonNil(r control.Report) control.Report {
+	for _, l := range []*[]string{&r.Orphans, &r.Missing, &r.Corrupt, &r.Remaining} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	return r
+}
+
+func printReport(g *globalOptions, r control.Report) {
+	w := g.stdout
+	fmt.Fprintf(w, "entries:    %d\n", r.Entries)
+	fmt.Fprintf(w, "referenced: %d\n", r.Referenced)
+	for _, l := range []struct {
+		name  string
+		names []string
+	}{{"orphans", r.Orphans}, {"missing", r.Missing}, {"corrupt", r.Corrupt}} {
+		fmt.Fprintf(w, "%-11s %d\n", l.name+":", len(l.names))
+		for _, n := range l.names {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	}
+	if r.Repaired {
+		fmt.Fprintf(w, "index fixed: %d\n", r.IndexFixed)
+		fmt.Fprintf(w, "remaining:  %d\n", len(r.Remaining))
+		for _, n := range r.Remaining {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	}
+}
+
+// summarize is a one-line account of what fsck found.
+func summarize(r control.Report) string {
+	var parts []string
+	add := func(n int, what string) {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, what))
+		}
+	}
+	add(len(r.Missing), "missing")
+	add(len(r.Corrupt), "corrupt")
+	add(len(r.Orphans), "orphans kept until gc")
+	add(r.IndexFixed, "index records fixed")
+	if r.Repaired && len(r.Remaining) > 0 {
+		parts = append(parts, fmt.Sprintf("unrepaired: %s", strings.Join(r.Remaining, " ")))
+	}
+	if len(parts) == 0 {
+		return "clean"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// problems says why a report is not OK.
+func problems(r control.Report) string {
+	if r.Repaired {
+		return fmt.Sprintf("%d entries missing or corrupt after repair", len(r.Remaining))
+	}
+	return fmt.Sprintf("%d missing, %d corrupt entries", len(r.Missing), len(r.Corrupt))
+}

@@ -1,0 +1,448 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/control"
+	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+type mountOptions struct {
+	state             string
+	cmroot            string
+	retain            time.Duration
+	exclude           []string
+	noDefaultExcludes bool
+	options           []string
+	daemon            bool
+	debug             bool
+}
+
+func newMountCmd(g *globalOptions) *cobra.Command {
+	var opts mountOptions
+	cmd := &cobra.Command{
+		Use:   "mount [flags] BACKING MOUNTPOINT",
+		Short: "Mount BACKING at MOUNTPOINT with protection",
+		Long: `Mount the backing directory at the mountpoint. Every delete or overwrite
+through the mount preserves the original in cmroot and journals an event.
+
+The mount runs in the foreground until SIGINT/SIGTERM or until it is
+unmounted (cmfs umount), then exits 0 with everything flushed. With
+--daemon it runs in the background and the command returns once the
+mount is ready; the background process logs to STATE/cmfs.log.`,
+		Example: `  cmfs mount /data/warehouse /mnt/warehouse
+  cmfs mount --daemon --retain 72h --exclude '_tmp*' -o allow_other /data/warehouse /mnt/warehouse`,
+		Args: exactArgs(2, "BACKING and MOUNTPOINT"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runMount(cmd.Context(), g, opts, args)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.state, "state", "", "state `DIR` for the journal, cmroot and control socket (default BACKING/.cmfs)")
+	f.StringVar(&opts.cmroot, "cmroot", "", "cmroot `DIR` for preserved originals (default STATE/cmroot; keep it on the backing filesystem)")
+	f.DurationVar(&opts.retain, "retain", cmroot.DefaultRetain, "keep preserved originals at least this long")
+	f.StringArrayVar(&opts.exclude, "exclude", nil, "path component `GLOB` not to protect, added to the defaults (repeatable)")
+	f.BoolVar(&opts.noDefaultExcludes, "no-default-excludes", false, "protect engine scratch paths too ("+strings.Join(cmfs.DefaultExcludes, ", ")+")")
+	f.StringArrayVarP(&opts.options, "options", "o", nil, "mount `OPTS`, comma separated (allow_other implies default_permissions)")
+	f.BoolVar(&opts.daemon, "daemon", false, "run in the background; return once the mount is ready")
+	f.BoolVar(&opts.debug, "debug", false, "log every FUSE request to stderr")
+	return cmd
+}
+
+// exactArgs is cobra.ExactArgs with a message that names the arguments.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return fmt.Errorf("%s: need %s, got %d argument(s) (see '%s --help')", cmd.Name(), names, len(args), cmd.CommandPath())
+		}
+		return nil
+	}
+}
+
+// mountPlan is a validated mount request.
+type mountPlan struct {
+	mountpoint string
+	cfg        cmfs.Config
+}
+
+func (p mountPlan) target() target {
+	return target{state: p.cfg.State, backing: p.cfg.Backing}
+}
+
+// planMount validates the request and prepares the state directory.
+func planMount(opts mountOptions, args []string) (mountPlan, error) {
+	var p mountPlan
+	backing, err := directory("backing directory", args[0])
+	if err != nil {
+		return p, err
+	}
+	state := filepath.Join(backing, cmfs.StateDir)
+	if opts.state != "" {
+		if state, err = filepath.Abs(opts.state); err != nil {
+			return p, err
+		}
+	}
+	cmrootDir := filepath.Join(state, cmfs.CMRootDir)
+	if opts.cmroot != "" {
+		if cmrootDir, err = filepath.Abs(opts.cmroot); err != nil {
+			return p, err
+		}
+	}
+	if opts.retain <= 0 {
+		return p, fmt.Errorf("--retain %s: must be positive", opts.retain)
+	}
+	excludes := append([]string{}, cmfs.DefaultExcludes...)
+	if opts.noDefaultExcludes {
+		excludes = []string{}
+	}
+	for _, g := range opts.exclude {
+		if _, err := filepath.Match(g, ""); err != nil || g == "" || strings.Contains(g, "/") {
+			return p, fmt.Errorf("--exclude %q: not a glob of one path component", g)
+		}
+		excludes = append(excludes, g)
+	}
+	mnt, err := checkMountpoint(args[1], backing, state)
+	if err != nil {
+		return p, err
+	}
+	if within(cmrootDir, mnt) {
+		return p, fmt.Errorf("cmroot %s is inside the mountpoint %s", cmrootDir, mnt)
+	}
+	if sock := filepath.Join(state, cmfs.SocketFile); len(sock) > maxSocketPath {
+		return p, fmt.Errorf("state directory %s is too deep: the control socket path would be %d bytes, a unix socket allows %d", state, len(sock), maxSocketPath)
+	}
+	cfg := cmfs.Config{
+		Backing: backing,
+		State:   state,
+		CMRoot:  cmrootDir,
+		Retain:  opts.retain,
+		Exclude: excludes,
+		Debug:   opts.debug,
+	}
+	for _, o := range opts.options {
+		for _, kv := range strings.Split(o, ",") {
+			switch kv = strings.TrimSpace(kv); kv {
+			case "":
+			case "allow_other":
+				cfg.AllowOther = true
+			default:
+				cfg.Options = append(cfg.Options, kv)
+			}
+		}
+	}
+	if err := prepareState(state); err != nil {
+		return p, err
+	}
+	return mountPlan{mountpoint: mnt, cfg: cfg.WithDefaults()}, nil
+}
+
+// prepareState creates the state directory (0700) and checks that it is
+// writable.
+func prepareState(state string) error {
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return fmt.Errorf("state directory %s cannot be created: %w", state, unwrapPath(err))
+	}
+	f, err := os.CreateTemp(state, ".probe*")
+	if err != nil {
+		return fmt.Errorf("state directory %s is not writable: %w", state, unwrapPath(err))
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+func runMount(ctx context.Context, g *globalOptions, opts mountOptions, args []string) error {
+	plan, err := planMount(opts, args)
+	if err != nil {
+		return err
+	}
+	if opts.daemon {
+		return runMountDaemon(ctx, g, opts, plan)
+	}
+	return runMountForeground(ctx, g, plan)
+}
+
+// openMountJournal opens the journal for writing. The lock says whether
+// another mount holds it; a mount that is just exiting (or a reader) gets
+// a moment to let go.
+func openMountJournal(ctx context.Context, plan mountPlan) (*journal.Log, error) {
+	path := filepath.Join(plan.cfg.State, cmfs.JournalFile)
+	j, err := journal.Open(path, journal.Options{})
+	if errors.Is(err, journal.ErrLocked) {
+		if c, st := live(ctx, plan.target()); c != nil {
+			c.Close()
+			return nil, fmt.Errorf("%s is already mounted at %s (pid %d)", plan.cfg.Backing, st.Mountpoint, st.PID)
+		}
+		j, err = journal.Open(path, journal.Options{LockTimeout: 3 * time.Second})
+	}
+	if errors.Is(err, journal.ErrLocked) {
+		return nil, fmt.Errorf("%s is already mounted: journal %s is locked by another process", plan.cfg.Backing, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open journal %s: %w", path, err)
+	}
+	if err := j.Verify(); err != nil {
+		j.Close()
+		return nil, fmt.Errorf("journal %s fails verification: %w", path, err)
+	}
+	return j, nil
+}
+
+func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (err error) {
+	cfg := plan.cfg
+	j, err := openMountJournal(ctx, plan)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := j.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close journal: %w", cerr)
+		}
+	}()
+	store, err := cmroot.Open(cfg.CMRoot, cmroot.Options{Retain: cfg.Retain})
+	if err != nil {
+		return fmt.Errorf("open cmroot %s: %w", cfg.CMRoot, err)
+	}
+	defer func() {
+		if cerr := store.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close cmroot: %w", cerr)
+		}
+	}()
+
+	// Crash recovery: bring cmroot and the journal back into agreement
+	// before anything new happens.
+	rep, err := control.Fsck(j, store, true)
+	if err != nil {
+		return fmt.Errorf("recovery fsck: %w", err)
+	}
+	if !rep.Clean() {
+		fmt.Fprintf(g.stderr, "cmfs: recovery fsck: %s\n", summarize(rep))
+	}
+
+	if err := writeRecord(cfg.State, record{
+		Backing:    cfg.Backing,
+		Mountpoint: plan.mountpoint,
+		CMRoot:     cfg.CMRoot,
+		Retain:     cfg.Retain.String(),
+		PID:        os.Getpid(),
+	}); err != nil {
+		return err
+	}
+
+	ctlCtx, stopCtl := context.WithCancel(context.Background())
+	ctlDone := make(chan struct{})
+	var ctlErr error
+	srv := control.NewServer(j, store, control.Info{
+		Mountpoint: plan.mountpoint,
+		Backing:    cfg.Backing,
+		State:      cfg.State,
+		CMRoot:     cfg.CMRoot,
+		Retain:     cfg.Retain,
+	})
+	go func() {
+		ctlErr = srv.Serve(ctlCtx, filepath.Join(cfg.State, cmfs.SocketFile))
+		close(ctlDone)
+	}()
+	defer func() {
+		stopCtl()
+		<-ctlDone
+	}()
+	if err := waitControl(ctx, plan.target(), ctlDone); err != nil {
+		if errors.Is(err, errControlExited) {
+			return fmt.Errorf("control socket: %w", ctlErr)
+		}
+		return err
+	}
+
+	server, err := cmfs.Mount(plan.mountpoint, cfg, j, store)
+	if err != nil {
+		return fmt.Errorf("mount %s: %w", plan.mountpoint, err)
+	}
+	if cfg.Debug {
+		fmt.Fprintf(g.stderr, "cmfs: mounted %s on %s (state %s, pid %d)\n", cfg.Backing, plan.mountpoint, cfg.State, os.Getpid())
+	}
+	unmounted := make(chan struct{})
+	go func() {
+		server.Wait()
+		close(unmounted)
+	}()
+
+	signalled, ctlStopped := ctx.Done(), (<-chan struct{})(ctlDone)
+	for {
+		select {
+		case <-unmounted:
+			if cfg.Debug {
+				fmt.Fprintf(g.stderr, "cmfs: %s unmounted\n", plan.mountpoint)
+			}
+			return nil
+		case <-signalled:
+			signalled = nil
+			if err := server.Unmount(); err != nil {
+				lazyUnmount(g, plan.mountpoint, err)
+			}
+		case <-ctlStopped:
+			// The mount keeps protecting; only the sidecar access is gone.
+			fmt.Fprintf(g.stderr, "cmfs: control socket stopped: %v\n", ctlErr)
+			ctlStopped = nil
+		}
+	}
+}
+
+// lazyUnmount detaches a mount that is busy; the kernel ends it when the
+// last open file closes, and Wait returns then.
+func lazyUnmount(g *globalOptions, mnt string, cause error) {
+	out, err := exec.Command("fusermount3", "-u", "-z", mnt).CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(g.stderr, "cmfs: unmount %s: %v; fusermount3 -u -z: %s\n", mnt, cause, firstLine(out, err))
+		return
+	}
+	fmt.Fprintf(g.stderr, "cmfs: %s is busy (%v); detached it, waiting for open files to close (interrupt again to quit)\n", mnt, cause)
+}
+
+// errControlExited says the control server ended before it answered.
+var errControlExited = errors.New("control server exited")
+
+// waitControl waits until the control server answers.
+func waitControl(ctx context.Context, t target, done <-chan struct{}) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if c, _ := live(ctx, t); c != nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-done:
+			return errControlExited
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("control socket %s does not answer", t.socket())
+		}
+	}
+}
+
+// daemonTimeout bounds how long --daemon waits for the mount.
+const daemonTimeout = 10 * time.Second
+
+// runMountDaemon starts this program again without --daemon in its own
+// session and waits until the mount is ready (its control socket answers
+// and the mountpoint is mounted) or the child fails.
+func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, plan mountPlan) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("daemon: %w", err)
+	}
+	cfg := plan.cfg
+	args := []string{"mount", "--state", cfg.State, "--cmroot", cfg.CMRoot, "--retain", cfg.Retain.String()}
+	if opts.noDefaultExcludes {
+		args = append(args, "--no-default-excludes")
+	}
+	for _, x := range opts.exclude {
+		args = append(args, "--exclude", x)
+	}
+	for _, o := range opts.options {
+		args = append(args, "-o", o)
+	}
+	if opts.debug {
+		args = append(args, "--debug")
+	}
+	args = append(args, "--", cfg.Backing, plan.mountpoint)
+
+	logPath := filepath.Join(cfg.State, logFile)
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("daemon log: %w", err)
+	}
+	defer logf.Close()
+	start, err := logf.Seek(0, io.SeekEnd)
+	if err != nil {
+		return fmt.Errorf("daemon log: %w", err)
+	}
+	child := exec.Command(exe, args...)
+	child.Stdin, child.Stdout, child.Stderr = nil, nil, logf // nil: /dev/null
+	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := child.Start(); err != nil {
+		return fmt.Errorf("daemon: start %s: %w", exe, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- child.Wait() }()
+
+	deadline := time.NewTimer(daemonTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			line := lastLine(logPath, start)
+			if line == "" {
+				line = fmt.Sprintf("mount process exited (%v) before the mount was ready", err)
+			}
+			return &exitError{code: 1, msg: strings.TrimPrefix(line, "cmfs: ")}
+		case <-deadline.C:
+			child.Process.Signal(syscall.SIGTERM)
+			return fmt.Errorf("mount not ready after %s; stopped it (log: %s)", daemonTimeout, logPath)
+		case <-ctx.Done():
+			child.Process.Signal(syscall.SIGTERM)
+			return fmt.Errorf("interrupted while waiting for the mount; stopped it")
+		case <-tick.C:
+		}
+		if c, _ := live(ctx, plan.target()); c != nil {
+			c.Close()
+			if ok, _ := isMountpoint(plan.mountpoint); ok {
+				if opts.debug {
+					fmt.Fprintf(g.stderr, "cmfs: mounted %s on %s (pid %d, log %s)\n", cfg.Backing, plan.mountpoint, child.Process.Pid, logPath)
+				}
+				return child.Process.Release()
+			}
+		}
+	}
+}
+
+// lastLine returns the last non-empty line written to the file after
+// offset.
+func lastLine(path string, offset int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return ""
+	}
+	var last string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			last = l
+		}
+	}
+	return last
+}
+
+// firstLine returns the first line of a command's output, or err.
+func firstLine(out []byte, err error) string {
+	out = bytes.TrimSpace(out)
+	if len(out) == 0 {
+		return err.Error()
+	}
+	l, _, _ := bytes.Cut(out, []byte("\n"))
+	return string(l)
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// mountEntry is one line of /proc/self/mountinfo.
+type mountEntry struct {
+	Point  string
+	FSType string
+	Source string
+}
+
+// mounts reads /proc/self/mountinfo.
+func mounts() ([]mountEntry, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []mountEntry
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if m, ok := parseMountinfo(sc.Text()); ok {
+			out = append(out, m)
+		}
+	}
+	return out, sc.Err()
+}
+
+// parseMountinfo parses one mountinfo line:
+// "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue".
+func parseMountinfo(line string) (mountEntry, bool) {
+	pre, post, ok := strings.Cut(line, " - ")
+	if !ok {
+		return mountEntry{}, false
+	}
+	f, g := strings.Fields(pre), strings.Fields(post)
+	if len(f) < 5 || len(g) < 2 {
+		return mountEntry{}, false
+	}
+	return mountEntry{Point: unescapeOctal(f[4]), FSType: g[0], Source: unescapeOctal(g[1])}, true
+}
+
+// unescapeOctal undoes the kernel's \ooo escaping of space, tab, newline
+// and backslash in mountinfo.
+func unescapeOctal(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// findMount returns the mountinfo entry mounted at path (the last one:
+// mounts stack).
+func findMount(path string) (mountEntry, bool) {
+	ms, err := mounts()
+	if err != nil {
+		return mountEntry{}, false
+	}
+	var found mountEntry
+	var ok bool
+	for _, m := range ms {
+		if m.Point == path {
+			found, ok = m, true
+		}
+	}
+	return found, ok
+}
+
+// isMountpoint says whether something is mounted on dir: its device
+// differs from its parent's, or mountinfo lists it (a bind mount of the
+// same filesystem). A dead FUSE mount (stat fails with ENOTCONN) counts.
+func isMountpoint(dir string) (bool, error) {
+	if _, ok := findMount(dir); ok {
+		return true, nil
+	}
+	var st, parent syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		if errors.Is(err, syscall.ENOTCONN) {
+			return true, nil
+		}
+		return false, err
+	}
+	if err := syscall.Stat(filepath.Dir(dir), &parent); err != nil {
+		return false, err
+	}
+	return st.Dev != parent.Dev, nil
+}
+
+// within says whether p is base or lies below it (both clean and absolute).
+func within(p, base string) bool {
+	rel, err := filepath.Rel(base, p)
+	if err != nil {
+		return false
+	}
+	return rel == "." || (rel != ".." && !strings.HasPrefix(rel, "../"))
+}
+
+// checkMountpoint validates a mount's mountpoint against its backing and
+// state directories (all absolute) and returns it symlink-free.
+func checkMountpoint(mnt, backing, state string) (string, error) {
+	abs, err := filepath.Abs(mnt)
+	if err != nil {
+		return "", err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(abs, &st); errors.Is(err, syscall.ENOTCONN) {
+		return "", fmt.Errorf("mountpoint %s is busy: a dead FUSE mount is still there (run: cmfs umount %s)", mnt, mnt)
+	}
+	dir, err := directory("mountpoint", mnt)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case dir == backing:
+		return "", fmt.Errorf("mountpoint %s is the backing directory; mount elsewhere", mnt)
+	case within(dir, backing):
+		return "", fmt.Errorf("mountpoint %s is inside the backing directory %s", mnt, backing)
+	case within(backing, dir):
+		return "", fmt.Errorf("backing directory %s is inside the mountpoint %s: the mount would hide it", backing, mnt)
+	case within(state, dir):
+		return "", fmt.Errorf("state directory %s is inside the mountpoint %s", state, mnt)
+	}
+	busy, err := isMountpoint(dir)
+	if err != nil {
+		return "", fmt.Errorf("mountpoint %s: %w", mnt, err)
+	}
+	if busy {
+		return "", fmt.Errorf("mountpoint %s is busy: something is already mounted there", mnt)
+	}
+	return dir, nil
+}

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/control"
+	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+// Files the CLI keeps in the state directory, next to fs's.
+const (
+	recordFile = "mount.json" // the latest mount's configuration
+	logFile    = "cmfs.log"   // stderr of a --daemon mount
+)
+
+// maxSocketPath is the longest path a unix socket can bind (sun_path is
+// 108 bytes, NUL included).
+const maxSocketPath = 107
+
+// stateOptions selects a state directory: --state DIR or a BACKING
+// argument (state BACKING/.cmfs), exactly one.
+type stateOptions struct {
+	state string
+}
+
+func (o *stateOptions) addFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.state, "state", "", "state `DIR` (default: BACKING/.cmfs)")
+}
+
+// target is where a command works: the state directory and, when known,
+// the backing directory.
+type target struct {
+	state   string
+	backing string
+	record  record // zero unless the state has been mounted before
+}
+
+// resolve picks the state directory from --state or the first argument
+// and returns the remaining arguments. With keepRest false any extra
+// argument is an error.
+func (o *stateOptions) resolve(args []string, keepRest bool) (target, []string, error) {
+	var t target
+	switch {
+	case o.state != "":
+		if !keepRest && len(args) > 0 {
+			return t, nil, fmt.Errorf("give either --state DIR or BACKING, not both (got --state %s and %q)", o.state, args[0])
+		}
+		abs, err := filepath.Abs(o.state)
+		if err != nil {
+			return t, nil, err
+		}
+		t.state = abs
+	case len(args) == 0:
+		return t, nil, errors.New("which mount? give BACKING or --state DIR")
+	default:
+		backing, err := directory("backing directory", args[0])
+		if err != nil {
+			return t, nil, err
+		}
+		t.backing, t.state = backing, filepath.Join(backing, cmfs.StateDir)
+		args = args[1:]
+		if !keepRest && len(args) > 0 {
+			return t, nil, fmt.Errorf("unexpected argument %q", args[0])
+		}
+	}
+	rec, err := readRecord(t.state)
+	if err != nil {
+		return t, nil, err
+	}
+	t.record = rec
+	if t.backing == "" {
+		t.backing = rec.Backing
+	}
+	return t, args, nil
+}
+
+func (t target) socket() string { return filepath.Join(t.state, cmfs.SocketFile) }
+
+func (t target) cmroot() string {
+	if t.record.CMRoot != "" {
+		return t.record.CMRoot
+	}
+	return filepath.Join(t.state, cmfs.CMRootDir)
+}
+
+// directory returns the absolute, symlink-free path of an existing directory.
+func directory(what, p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", what, p, err)
+	}
+	fi, err := os.Stat(abs)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%s %s does not exist", what, p)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", what, p, unwrapPath(err))
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%s %s is not a directory", what, p)
+	}
+	return filepath.EvalSymlinks(abs)
+}
+
+// unwrapPath drops the *fs.PathError wrapper whose path the caller's
+// message already names.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// record is what a mount writes into its state directory so that the
+// unmounted commands, given only --state, find the backing directory
+// and cmroot again.
+type record struct {
+	Backing    string `json:"backing"`
+	Mountpoint string `json:"mountpoint"`
+	CMRoot     string `json:"cmroot"`
+	Retain     string `json:"retain"`
+	PID        int    `json:"pid"`
+}
+
+func readRecord(state string) (record, error) {
+	var r record
+	b, err := os.ReadFile(filepath.Join(state, recordFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return r, nil
+	}
+	if err != nil {
+		return r, fmt.Errorf("read mount record: %w", err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("mount record %s: %w", filepath.Join(state, recordFile), err)
+	}
+	return r, nil
+}
+
+func (r record) retain() time.Duration {
+	d, err := time.ParseDuration(r.Retain)
+	if err != nil || d <= 0 {
+		return cmroot.DefaultRetain
+	}
+	return d
+}
+
+// writeRecord writes the record durably: temp file, fsync, rename, fsync
+// the directory.
+func writeRecord(state string, r record) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(state, recordFile), append(b, '\n'), 0o600)
+}
+
+func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = f.Chmod(perm); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// live returns a client and the mount's status when a mount answers on
+// the target's control socket, and nil when none does.
+func live(ctx context.Context, t target) (*control.Client, *control.Status) {
+	c, err := control.Dial(t.socket())
+	if err != nil {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := c.Status(ctx)
+	if err != nil {
+		c.Close()
+		return nil, nil
+	}
+	return c, &st
+}
+
+// openJournal opens the journal of an unmounted target read-only.
+func openJournal(t target) (*journal.Log, error) {
+	path := filepath.Join(t.state, cmfs.JournalFile)
+	if _, err := os.Stat(path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("no cmfs journal in %s (never mounted?)", t.state)
+		}
+		return nil, fmt.Errorf("journal %s: %w", path, unwrapPath(err))
+	}
+	j, err := journal.Open(path, journal.Options{ReadOnly: true, LockTimeout: time.Second})
+	if errors.Is(err, journal.ErrLocked) {
+		return nil, fmt.Errorf("journal %s is held by a mount whose control socket does not answer: %w", path, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open journal %s: %w", path, err)
+	}
+	return j, nil
+}
+
+// openStore opens the cmroot of an unmounted target.
+func openStore(t target) (*cmroot.Store, error) {
+	dir := t.cmroot()
+	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("no cmroot at %s (never mounted?)", dir)
+		}
+		return nil, fmt.Errorf("cmroot %s: %w", dir, unwrapPath(err))
+	}
+	s, err := cmroot.Open(dir, cmroot.Options{Retain: t.record.retain()})
+	if err != nil {
+		return nil, fmt.Errorf("open cmroot %s: %w", dir, err)
+	}
+	return s, nil
+}
+
+// offline is an unmounted target's journal and store, opened together.
+type offline struct {
+	j     *journal.Log
+	store *cmroot.Store
+}
+
+func openOffline(t target) (*offline, error) {
+	j, err := openJournal(t)
+	if err != nil {
+		return nil, err
+	}
+	s, err := openStore(t)
+	if err != nil {
+		j.Close()
+		return nil, err
+	}
+	return &offline{j: j, store: s}, nil
+}
+
+func (o *offline) Close() error {
+	return errors.Join(o.store.Close(), o.j.Close())
+}
