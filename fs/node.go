@@ -62,9 +62,14 @@ func (n *node) rel() (string, bool) {
 	return n.Path(n.Root()), true
 }
 
-// child returns the mount-relative and backing paths of name in n.
+// child returns the mount-relative and backing paths of name in n. When n
+// is no longer in the tree both are empty, and every syscall on them
+// fails with ENOENT.
 func (n *node) child(name string) (rel, abs string) {
-	dir, _ := n.rel()
+	dir, live := n.rel()
+	if !live {
+		return "", ""
+	}
 	rel = path.Join(dir, name)
 	return rel, n.r.abs(rel)
 }
@@ -87,14 +92,14 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 }
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
-	dir, _ := n.rel()
+	dir, live := n.rel()
 	hides := false
 	for h := range n.r.hidden {
 		if path.Dir(h) == dir || (dir == "" && path.Dir(h) == ".") {
 			hides = true
 		}
 	}
-	if !hides {
+	if !hides || !live {
 		return n.LoopbackNode.OpendirHandle(ctx, flags)
 	}
 	entries, err := os.ReadDir(n.r.abs(dir))

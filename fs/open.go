@@ -62,7 +62,10 @@ func (n *node) createExisting(ctx context.Context, name string, flags uint32, ou
 
 func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	flags &^= syscall.O_APPEND | fuse.FMODE_EXEC
-	rel, _ := n.rel()
+	rel, live := n.rel()
+	if !live {
+		return nil, 0, syscall.ENOENT
+	}
 	abs := n.r.abs(rel)
 	trunc := flags&syscall.O_TRUNC != 0
 	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY || trunc
