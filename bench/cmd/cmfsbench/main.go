@@ -1,0 +1,487 @@
+// Command cmfsbench measures cmfs side by side with the backing directory
+// itself (native), plain go-fuse loopback and libfuse's passthrough_ll, each
+// over its own fresh backing directory, in one run, and prints a table of
+// the results with the ratios and targets of the project's benchmark.
+//
+//	go run ./bench/cmd/cmfsbench [-quick] [flags]
+//
+// It builds what it runs into .bench/ at the module root: the loopback
+// server (bench/cmd/loopbackfs), passthrough_ll from the libfuse3-dev
+// examples, cmfs (./cmd/cmfs, unless -cmfs names a binary) and the journal
+// benchmark. An implementation that does not build or mount is reported
+// as n/a; the others still run. Progress goes to stderr, the machine
+// description and the tables (aligned text, then markdown) to stdout.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cmfs-project/cmfs/bench"
+)
+
+type options struct {
+	cfg           bench.Config
+	dir           string // parent of the backing directories and mountpoints
+	cmfs          string // prebuilt cmfs binary; empty builds ./cmd/cmfs
+	impls         []string
+	journalEvents int
+	keep          bool
+}
+
+func main() {
+	opts, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cmfsbench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	if err := run(ctx, os.Stdout, os.Stderr, opts); err != nil {
+		fmt.Fprintln(os.Stderr, "cmfsbench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (options, error) {
+	fl := flag.NewFlagSet("cmfsbench", flag.ContinueOnError)
+	def := bench.DefaultConfig()
+	quick := fl.Bool("quick", false, "smoke run: 64 MiB files, 1000 small files, 1 run each (explicit size flags still apply)")
+	size := fl.String("size", "1G", "size of the large file (K, M, G suffixes)")
+	files := fl.Int("files", def.Files, "small files per metadata workload")
+	workers := fl.Int("workers", def.Workers, "workers of the parallel create and unlink")
+	writers := fl.Int("writers", def.Writers, "writers of the many-writers create and the journal benchmark")
+	reps := fl.Int("reps", def.Reps, "runs per metadata workload and implementation (the table shows the median)")
+	dataReps := fl.Int("data-reps", def.DataReps, "runs per large-file workload and implementation")
+	timeout := fl.Duration("timeout", def.Timeout, "bound on one run; a FUSE mount that exceeds it is aborted")
+	dir := fl.String("dir", "", "where to create backing directories and mountpoints (default .bench/run at the module root)")
+	cmfs := fl.String("cmfs", "", "cmfs binary to run (default: build ./cmd/cmfs into .bench/)")
+	impls := fl.String("impls", "native,loopback,passthrough_ll,cmfs", "implementations to run, comma-separated")
+	journalEvents := fl.Int("journal-events", 64000, "events of the journal benchmark (0 skips it)")
+	keep := fl.Bool("keep", false, "keep the backing directories after the run")
+	noCold := fl.Bool("no-drop-caches", false, "do not sync and drop caches before runs")
+	if err := fl.Parse(args); err != nil {
+		return options{}, err
+	}
+	if fl.NArg() > 0 {
+		return options{}, fmt.Errorf("unexpected argument %q", fl.Arg(0))
+	}
+	set := map[string]bool{}
+	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	cfg := def
+	if *quick {
+		cfg = bench.QuickConfig()
+		if !set["journal-events"] {
+			*journalEvents = 6400
+		}
+	}
+	if set["size"] || !*quick {
+		n, err := parseSize(*size)
+		if err != nil {
+			return options{}, fmt.Errorf("-size: %w", err)
+		}
+		cfg.FileSize = n
+	}
+	if set["files"] || !*quick {
+		cfg.Files = *files
+	}
+	if set["reps"] || !*quick {
+		cfg.Reps = *reps
+	}
+	if set["data-reps"] || !*quick {
+		cfg.DataReps = *dataReps
+	}
+	if set["timeout"] || !*quick {
+		cfg.Timeout = *timeout
+	}
+	cfg.Workers, cfg.Writers = *workers, *writers
+	cfg.Cold = !*noCold
+	if cfg.Files < 1 || cfg.Workers < 1 || cfg.Writers < 1 || cfg.Reps < 1 || cfg.DataReps < 1 || cfg.FileSize < 8192 {
+		return options{}, errors.New("sizes and counts must be positive (and -size at least 8K)")
+	}
+	opts := options{cfg: cfg, dir: *dir, cmfs: *cmfs, journalEvents: *journalEvents, keep: *keep}
+	known := map[string]bool{bench.NativeName: true, bench.LoopbackName: true, bench.PassthroughName: true, bench.CmfsName: true}
+	for _, name := range strings.Split(*impls, ",") {
+		name = strings.TrimSpace(name)
+		if !known[name] {
+			return options{}, fmt.Errorf("-impls: unknown implementation %q", name)
+		}
+		opts.impls = append(opts.impls, name)
+	}
+	return opts, nil
+}
+
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	switch strings.ToUpper(s[len(s)-1:]) {
+	case "K":
+		mult = 1 << 10
+	case "M":
+		mult = 1 << 20
+	case "G":
+		mult = 1 << 30
+	}
+	if mult > 1 {
+		s = s[:len(s)-1]
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	return n * mult, nil
+}
+
+func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	work := filepath.Join(root, ".bench")
+	runDir := opts.dir
+	if runDir == "" {
+		runDir = filepath.Join(work, "run")
+	}
+	if runDir, err = filepath.Abs(runDir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return err
+	}
+	if err := cleanRunDir(runDir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		return err
+	}
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+
+	cfg := opts.cfg
+	var notes []string
+	if cfg.Cold {
+		if err := bench.DropCaches(); err != nil {
+			cfg.Cold = false
+			notes = append(notes, fmt.Sprintf("caches not dropped (%v): reads may be served from the page cache", err))
+		}
+	}
+
+	machine := bench.Describe(runDir)
+	machine.GoFuse = requiredVersion(filepath.Join(root, "go.mod"), "github.com/hanwen/go-fuse/v2")
+	fmt.Fprintf(stdout, "cmfs benchmark, %s\n\n", time.Now().Format(time.RFC3339))
+	for _, l := range machine.Lines() {
+		fmt.Fprintln(stdout, "  "+l)
+	}
+	fmt.Fprintf(stdout, "  backing directories: %s\n", runDir)
+	fmt.Fprintln(stdout)
+
+	// Build and mount every implementation. One that does not is
+	// reported as n/a and the others run anyway.
+	logf("building...")
+	impls, describe, buildNotes := prepare(ctx, root, work, runDir, opts)
+	notes = append(notes, buildNotes...)
+	var subjects []bench.Subject
+	defer func() {
+		for i := len(subjects) - 1; i >= 0; i-- {
+			if cerr := subjects[i].Mount.Close(); cerr != nil {
+				logf("%s: %v", subjects[i].Name, cerr)
+				if err == nil {
+					err = cerr
+				}
+			}
+		}
+		if left, _ := bench.FUSEMountsUnder(runDir); len(left) > 0 {
+			logf("still mounted, not removing %s: %s", runDir, strings.Join(left, " "))
+			return
+		}
+		if !opts.keep {
+			if rerr := os.RemoveAll(runDir); rerr != nil {
+				logf("remove %s: %v", runDir, rerr)
+			}
+		}
+	}()
+	for _, impl := range impls {
+		backing := filepath.Join(runDir, impl.Name(), "backing")
+		mnt := filepath.Join(runDir, impl.Name(), "mnt")
+		if err := os.MkdirAll(backing, 0o755); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(mnt, 0o755); err != nil {
+			return err
+		}
+		logf("mounting %s...", impl.Name())
+		m, err := impl.Mount(ctx, backing, mnt)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("%s: not measured, mount failed: %v", impl.Name(), err))
+			logf("%s: mount failed: %v", impl.Name(), err)
+			continue
+		}
+		subjects = append(subjects, bench.Subject{Name: impl.Name(), Mount: m})
+	}
+	if len(subjects) == 0 {
+		return errors.New("nothing mounted")
+	}
+
+	fmt.Fprintln(stdout, "implementations:")
+	for _, name := range opts.impls {
+		fmt.Fprintf(stdout, "  %-15s %s\n", name, describe[name])
+	}
+	fmt.Fprintf(stdout, "\nworkloads: large file %s, %d small files of %s, %d workers, %d writers; median of %d run(s) per large-file and %d per metadata workload, runs interleaved across implementations;\n",
+		bench.Size(cfg.FileSize), cfg.Files, bench.Size(int64(cfg.SmallSize)), cfg.Workers, cfg.Writers, cfg.DataReps, cfg.Reps)
+	if cfg.Cold {
+		fmt.Fprintln(stdout, "sync + drop_caches (echo 3 > /proc/sys/vm/drop_caches) before every run except the warm lstat, for every implementation alike.")
+	}
+	fmt.Fprintln(stdout)
+
+	start := time.Now()
+	rows, runErr := bench.Run(ctx, cfg, bench.Workloads(cfg), subjects, progress{logf})
+	if runErr == nil && opts.journalEvents > 0 && slices.Contains(opts.impls, bench.CmfsName) {
+		row := journalRow(ctx, work, runDir, cfg.Writers, opts.journalEvents, logf)
+		rows = append(rows, row)
+	}
+	logf("ran for %v", time.Since(start).Round(time.Second))
+
+	table := &bench.Table{Impls: opts.impls, Subject: bench.CmfsName, Rows: rows}
+	if err := table.WriteText(stdout); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	fmt.Fprintln(stdout, table.Legend())
+	notes = append(notes, table.Notes()...)
+	if len(notes) > 0 {
+		fmt.Fprintln(stdout, "\nnotes:")
+		for _, n := range notes {
+			fmt.Fprintln(stdout, "  - "+n)
+		}
+	}
+
+	fmt.Fprintf(stdout, "\nmarkdown:\n\n")
+	fmt.Fprintf(stdout, "Machine: %s.\n\n", strings.Join(machine.Lines(), "; "))
+	table.WriteMarkdown(stdout)
+	fmt.Fprintf(stdout, "\n%s\n", table.Legend())
+	if runErr != nil {
+		return fmt.Errorf("run stopped early: %w", runErr)
+	}
+	return nil
+}
+
+// prepare builds the implementations that were asked for. It returns those
+// that built, a description of each column and a note for each that did not.
+func prepare(ctx context.Context, root, work, runDir string, opts options) ([]bench.Impl, map[string]string, []string) {
+	var (
+		impls []bench.Impl
+		notes []string
+		desc  = map[string]string{}
+	)
+	for _, name := range opts.impls {
+		switch name {
+		case bench.NativeName:
+			impls = append(impls, bench.Native{})
+			desc[name] = "the backing directory itself, no FUSE"
+		case bench.LoopbackName:
+			bin := filepath.Join(work, "loopbackfs")
+			if err := goBuild(ctx, root, bin, "./bench/cmd/loopbackfs"); err != nil {
+				notes = append(notes, fmt.Sprintf("%s: not measured: %v", name, err))
+				desc[name] = "n/a (build failed)"
+				continue
+			}
+			impls = append(impls, &bench.Server{
+				Label:   name,
+				Command: func(backing, mnt string) []string { return []string{bin, backing, mnt} },
+				Log:     filepath.Join(runDir, name+".log"),
+			})
+			desc[name] = "go-fuse fs.NewLoopbackRoot + fs.Mount, default options (1 s entry/attr timeouts, FUSE passthrough as root), separate process"
+		case bench.PassthroughName:
+			bin, err := buildPassthrough(ctx, work)
+			if err != nil {
+				notes = append(notes, fmt.Sprintf("%s: not measured: %v", name, err))
+				desc[name] = "n/a (build failed)"
+				continue
+			}
+			impls = append(impls, &bench.Server{
+				Label:   name,
+				Command: func(backing, mnt string) []string { return []string{bin, "-f", "-o", "source=" + backing, mnt} },
+				Log:     filepath.Join(runDir, name+".log"),
+			})
+			desc[name] = "libfuse example passthrough_ll -f -o source=DIR: default cache=auto (1 s timeouts), multi-threaded, no writeback cache, no kernel passthrough"
+		case bench.CmfsName:
+			bin := opts.cmfs
+			if bin == "" {
+				bin = filepath.Join(work, "cmfs")
+				if err := goBuild(ctx, root, bin, "./cmd/cmfs"); err != nil {
+					notes = append(notes, fmt.Sprintf("cmfs: not measured, n/a: %v", err))
+					desc[name] = "n/a (./cmd/cmfs does not build)"
+					continue
+				}
+			}
+			impls = append(impls, &bench.Daemon{
+				Label:          name,
+				MountCommand:   func(backing, mnt string) []string { return []string{bin, "mount", "--daemon", backing, mnt} },
+				UnmountCommand: func(mnt string) []string { return []string{bin, "umount", mnt} },
+			})
+			desc[name] = bin + " mount --daemon BACKING MNT (defaults: state in BACKING/.cmfs), unmounted with cmfs umount"
+		}
+	}
+	return impls, desc, notes
+}
+
+func goBuild(ctx context.Context, root, out, pkg string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w: %s", pkg, err, firstLines(string(b), 4))
+	}
+	return nil
+}
+
+// exampleDir holds libfuse's examples as Debian's libfuse3-dev ships them.
+const exampleDir = "/usr/share/doc/libfuse3-dev/examples"
+
+// buildPassthrough compiles passthrough_ll from the installed libfuse3-dev
+// examples (gunzipping them when Debian shipped them compressed); the
+// sources are never part of this repository.
+func buildPassthrough(ctx context.Context, work string) (string, error) {
+	src := filepath.Join(work, "passthrough_ll-src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", err
+	}
+	for _, name := range []string{"passthrough_ll.c", "passthrough_helpers.h"} {
+		if err := copyExample(ctx, name, filepath.Join(src, name)); err != nil {
+			return "", err
+		}
+	}
+	flags, err := exec.CommandContext(ctx, "pkg-config", "fuse3", "--cflags", "--libs").Output()
+	if err != nil {
+		return "", fmt.Errorf("pkg-config fuse3 (is libfuse3-dev installed?): %w", err)
+	}
+	bin := filepath.Join(work, "passthrough_ll")
+	args := append([]string{"-O2", "-Wall", "-o", bin, filepath.Join(src, "passthrough_ll.c")}, strings.Fields(string(flags))...)
+	if out, err := exec.CommandContext(ctx, "cc", args...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("cc passthrough_ll.c: %w: %s", err, firstLines(string(out), 4))
+	}
+	return bin, nil
+}
+
+func copyExample(ctx context.Context, name, dst string) error {
+	plain := filepath.Join(exampleDir, name)
+	if b, err := os.ReadFile(plain); err == nil {
+		return os.WriteFile(dst, b, 0o644)
+	}
+	out, err := exec.CommandContext(ctx, "gunzip", "-c", plain+".gz").Output()
+	if err != nil {
+		return fmt.Errorf("%s (or .gz) from libfuse3-dev: %w", plain, err)
+	}
+	return os.WriteFile(dst, out, 0o644)
+}
+
+// journalRow runs the journal benchmark: writers concurrent appenders,
+// durable, on the filesystem of the backing directories.
+func journalRow(ctx context.Context, work, runDir string, writers, events int, logf func(string, ...any)) *bench.Row {
+	row := &bench.Row{
+		Name:    fmt.Sprintf("journal appends, %d writers (durable)", writers),
+		Unit:    bench.EventsPerSec,
+		Targets: []bench.Target{{Min: 50000}},
+		Only:    bench.CmfsName,
+	}
+	root := filepath.Dir(work)
+	bin := filepath.Join(work, "journalbench")
+	if err := goBuild(ctx, root, bin, "./bench/cmd/journalbench"); err != nil {
+		row.Fail(bench.CmfsName, err)
+		return row
+	}
+	dir := filepath.Join(runDir, "journal")
+	out, err := exec.CommandContext(ctx, bin, "-dir", dir, "-writers", fmt.Sprint(writers), "-events", fmt.Sprint(events)).CombinedOutput()
+	if err != nil {
+		row.Fail(bench.CmfsName, fmt.Errorf("journalbench: %w: %s", err, firstLines(string(out), 3)))
+		logf("[%s] cmfs: %v", row.Name, err)
+		return row
+	}
+	var n int
+	var secs float64
+	if _, err := fmt.Sscanf(string(bytes.TrimSpace(out)), "events=%d seconds=%g", &n, &secs); err != nil || secs <= 0 {
+		row.Fail(bench.CmfsName, fmt.Errorf("journalbench printed %q", out))
+		return row
+	}
+	m := bench.Measurement{Elapsed: time.Duration(secs * float64(time.Second)), Ops: n}
+	row.Add(bench.CmfsName, bench.EventsPerSec.Value(m))
+	logf("[%s] cmfs: %s events/s (%d events in %.2fs)", row.Name, bench.EventsPerSec.Format(bench.EventsPerSec.Value(m)), n, secs)
+	return row
+}
+
+// progress logs every run to stderr as it completes.
+type progress struct{ logf func(string, ...any) }
+
+func (p progress) Ran(w *bench.Workload, impl string, rep int, m bench.Measurement, err error) {
+	if err != nil {
+		p.logf("[%s] %s run %d: %v", w.Name, impl, rep+1, err)
+		return
+	}
+	p.logf("[%s] %s run %d: %s %s (%v)", w.Name, impl, rep+1, w.Unit.Format(w.Unit.Value(m)), w.Unit, m.Elapsed.Round(time.Millisecond))
+}
+
+// cleanRunDir unmounts whatever a previous, interrupted run left mounted
+// under dir and removes it.
+func cleanRunDir(dir string) error {
+	left, err := bench.FUSEMountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	for _, mnt := range left {
+		if err := bench.Unmount(mnt); err != nil {
+			return fmt.Errorf("left over from an earlier run: %w", err)
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
+// requiredVersion returns the version of module that go.mod requires.
+func requiredVersion(gomod, module string) string {
+	b, err := os.ReadFile(gomod)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
+		if len(f) >= 2 && f[0] == module {
+			return f[1]
+		}
+	}
+	return ""
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory: run from the module")
+		}
+		dir = parent
+	}
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = append(lines[:n], "...")
+	}
+	return strings.Join(lines, " | ")
+}

@@ -1,0 +1,16 @@
+// Package bench measures filesystem implementations side by side: the same
+// workloads (bench/workload.go) run against a plain directory, plain go-fuse
+// loopback, libfuse's passthrough_ll and cmfs, each over its own fresh
+// backing directory, in one process and one run, so every ratio compares
+// numbers taken on the same machine at the same time.
+//
+// A workload is a function of a directory; it never knows which
+// implementation serves it. Implementations (impl.go) turn a backing
+// directory into a mounted directory and back; the mount helpers
+// (mount.go) poll the mountpoint's st_dev with a deadline and always
+// unmount, falling back to a lazy `fusermount3 -u -z`.
+//
+// Caveats: the numbers include the page cache of the machine they run on.
+// Reads are made cold by `sync; echo 3 > /proc/sys/vm/drop_caches`, which
+// needs root; without it the harness says so and reads may hit the cache.
+package bench

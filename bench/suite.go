@@ -1,0 +1,281 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+)
+
+// Column names of the baselines that targets refer to.
+const (
+	NativeName      = "native"
+	LoopbackName    = "loopback"
+	PassthroughName = "passthrough_ll"
+	CmfsName        = "cmfs"
+)
+
+// Config sizes the workloads.
+type Config struct {
+	FileSize  int64 // the large file of the data-path workloads
+	Files     int   // small files per metadata workload
+	SmallSize int   // size of each small file
+	Workers   int   // parallel workers of the parallel metadata workloads
+	Writers   int   // concurrent writers of the many-writers workload
+	Reps      int   // runs per metadata workload and implementation; the table shows the median
+	DataReps  int   // runs per large-file workload: the virtual disk's throughput is noisier
+	// Cold makes every run marked Cold start with sync and drop_caches.
+	Cold bool
+	// Timeout bounds one run; a FUSE mount that exceeds it is aborted and
+	// counted as failed for the rest of the suite.
+	Timeout time.Duration
+}
+
+// DefaultConfig is the full benchmark of the issue.
+func DefaultConfig() Config {
+	return Config{
+		FileSize:  1 << 30,
+		Files:     10000,
+		SmallSize: 4 << 10,
+		Workers:   8,
+		Writers:   64,
+		Reps:      3,
+		DataReps:  5,
+		Cold:      true,
+		Timeout:   3 * time.Minute,
+	}
+}
+
+// QuickConfig is a smoke run of the same workloads in well under a minute.
+func QuickConfig() Config {
+	cfg := DefaultConfig()
+	cfg.FileSize = 64 << 20
+	cfg.Files = 1000
+	cfg.Reps = 1
+	cfg.DataReps = 1
+	cfg.Timeout = time.Minute
+	return cfg
+}
+
+// Workload is one row of the table: a timed run in a directory served by
+// any implementation.
+type Workload struct {
+	Name    string
+	Unit    Unit
+	Targets []Target
+	// Cold asks for sync and drop_caches before every run.
+	Cold bool
+	// Data marks a large-file workload, run Config.DataReps times.
+	Data bool
+	// Run does one timed repetition in dir. Runs of different reps use
+	// different files; a workload may use the files an earlier workload of
+	// the same rep left (a read reads what the write wrote).
+	Run func(dir string, rep int) (Measurement, error)
+}
+
+// Workloads returns the suite, in the order it must run.
+func Workloads(cfg Config) []Workload {
+	big := func(dir string, rep int) string { return filepath.Join(dir, fmt.Sprintf("big-%d", rep)) }
+	set := func(dir string, rep int, name string, workers int) FileSet {
+		return FileSet{Dir: filepath.Join(dir, fmt.Sprintf("small-%d", rep), name), N: cfg.Files, Workers: workers, Size: cfg.SmallSize}
+	}
+	one := func(dir string, rep int) FileSet { return set(dir, rep, "one", 1) }
+	par := func(dir string, rep int) FileSet { return set(dir, rep, "par", cfg.Workers) }
+	many := func(dir string, rep int) FileSet { return set(dir, rep, "many", cfg.Writers) }
+
+	data := func(min float64) []Target { return []Target{{Base: NativeName, Min: min}} }
+	meta := []Target{{Base: LoopbackName, Min: 0.9}, {Base: PassthroughName, Min: 1.0}}
+	size, files, small := Size(cfg.FileSize), Count(cfg.Files), Size(int64(cfg.SmallSize))
+	threads := func(n int) string {
+		if n == 1 {
+			return "1 thread"
+		}
+		return fmt.Sprintf("%d threads", n)
+	}
+
+	return []Workload{
+		{
+			Name: fmt.Sprintf("seq write %s (1 MiB writes, fsync)", size), Unit: MBps, Targets: data(0.9), Cold: true, Data: true,
+			Run: func(dir string, rep int) (Measurement, error) {
+				return SeqWrite(big(dir, rep), cfg.FileSize, uint64(rep)+1)
+			},
+		},
+		{
+			Name: fmt.Sprintf("seq read %s (cold)", size), Unit: MBps, Targets: data(0.95), Cold: true, Data: true,
+			Run: func(dir string, rep int) (Measurement, error) {
+				return SeqRead(big(dir, rep))
+			},
+		},
+		{
+			Name: fmt.Sprintf("O_TRUNC overwrite %s (fsync)", size), Unit: Seconds, Targets: data(1 / 1.1), Cold: true, Data: true,
+			Run: func(dir string, rep int) (Measurement, error) {
+				return Overwrite(big(dir, rep), cfg.FileSize, uint64(rep)+1000)
+			},
+		},
+		{
+			Name: fmt.Sprintf("4 KiB in-place pwrite into %s", size), Unit: Millis, Cold: true, Data: true,
+			Run: func(dir string, rep int) (Measurement, error) {
+				return WriteAt(big(dir, rep), cfg.FileSize/2, 4096, uint64(rep)+2000)
+			},
+		},
+		{
+			Name: fmt.Sprintf("create+write+close %s × %s, %s", files, small, threads(1)), Unit: OpsPerSec, Targets: meta, Cold: true,
+			Run: func(dir string, rep int) (Measurement, error) { return one(dir, rep).Create() },
+		},
+		{
+			Name: fmt.Sprintf("create+write+close %s × %s, %s", files, small, threads(cfg.Workers)), Unit: OpsPerSec, Targets: meta, Cold: true,
+			Run: func(dir string, rep int) (Measurement, error) { return par(dir, rep).Create() },
+		},
+		{
+			Name: fmt.Sprintf("create+write+close %s × %s, %s", files, small, threads(cfg.Writers)), Unit: OpsPerSec, Targets: meta, Cold: true,
+			Run: func(dir string, rep int) (Measurement, error) { return many(dir, rep).Create() },
+		},
+		{
+			Name: fmt.Sprintf("lstat %s (cold)", files), Unit: OpsPerSec, Targets: meta, Cold: true,
+			Run: func(dir string, rep int) (Measurement, error) { return one(dir, rep).Stat() },
+		},
+		{
+			Name: fmt.Sprintf("lstat %s (warm: 2nd pass)", files), Unit: OpsPerSec, Targets: meta,
+			Run: func(dir string, rep int) (Measurement, error) {
+				s := one(dir, rep)
+				if _, err := s.Stat(); err != nil {
+					return Measurement{}, err
+				}
+				return s.Stat()
+			},
+		},
+		{
+			Name: fmt.Sprintf("unlink %s, %s", files, threads(1)), Unit: OpsPerSec, Targets: meta, Cold: true,
+			Run: func(dir string, rep int) (Measurement, error) { return one(dir, rep).Unlink() },
+		},
+		{
+			Name: fmt.Sprintf("unlink %s, %s", files, threads(cfg.Workers)), Unit: OpsPerSec, Targets: meta, Cold: true,
+			Run: func(dir string, rep int) (Measurement, error) { return par(dir, rep).Unlink() },
+		},
+	}
+}
+
+// Progress is told about every run as it completes.
+type Progress interface {
+	Ran(w *Workload, impl string, rep int, m Measurement, err error)
+}
+
+// Subject is one mounted implementation the suite runs on.
+type Subject struct {
+	Name  string
+	Mount *Mount
+}
+
+// Run runs every workload on every subject and returns one row per
+// workload. The runs of a workload are interleaved across subjects (and
+// the order rotates from rep to rep) so that drift in the machine's load
+// spreads over all columns instead of landing on one. A run that fails is
+// recorded in its row; a run that times out aborts that subject's FUSE
+// connection and fails it for the rest of the suite. Run stops early, with
+// the rows so far, when ctx ends or caches cannot be dropped.
+func Run(ctx context.Context, cfg Config, workloads []Workload, subjects []Subject, p Progress) ([]*Row, error) {
+	broken := map[string]error{}
+	var rows []*Row
+	for wi := range workloads {
+		w := &workloads[wi]
+		row := &Row{Name: w.Name, Unit: w.Unit, Targets: w.Targets}
+		rows = append(rows, row)
+		reps := cfg.Reps
+		if w.Data {
+			reps = cfg.DataReps
+		}
+		for rep := range reps {
+			for k := range subjects {
+				s := subjects[(k+rep)%len(subjects)]
+				if err := ctx.Err(); err != nil {
+					return rows, err
+				}
+				if err, ok := broken[s.Name]; ok {
+					row.Fail(s.Name, err)
+					continue
+				}
+				if cfg.Cold && w.Cold {
+					if err := DropCaches(); err != nil {
+						return rows, fmt.Errorf("drop caches: %w", err)
+					}
+				}
+				m, err := runTimed(cfg.Timeout, s.Mount, func() (Measurement, error) { return w.Run(s.Mount.Dir, rep) })
+				if p != nil {
+					p.Ran(w, s.Name, rep, m, err)
+				}
+				if err != nil {
+					row.Fail(s.Name, err)
+					if _, timedOut := err.(timeoutError); timedOut {
+						broken[s.Name] = err
+					}
+					continue
+				}
+				row.Add(s.Name, w.Unit.Value(m))
+			}
+		}
+	}
+	return rows, nil
+}
+
+type timeoutError struct {
+	after time.Duration
+	abort error
+}
+
+func (e timeoutError) Error() string {
+	if e.abort != nil {
+		return fmt.Sprintf("timed out after %v (abort: %v)", e.after, e.abort)
+	}
+	return fmt.Sprintf("timed out after %v; FUSE connection aborted", e.after)
+}
+
+// runTimed runs fn, and if it outlives timeout aborts m's FUSE connection
+// so that fn's blocked calls fail and it returns.
+func runTimed(timeout time.Duration, m *Mount, fn func() (Measurement, error)) (Measurement, error) {
+	type result struct {
+		m   Measurement
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := fn()
+		done <- result{r, err}
+	}()
+	if timeout <= 0 {
+		r := <-done
+		return r.m, r.err
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.m, r.err
+	case <-timer.C:
+	}
+	abortErr := m.Abort()
+	if abortErr == nil {
+		<-done // the aborted connection fails every pending call
+	}
+	return Measurement{}, timeoutError{after: timeout, abort: abortErr}
+}
+
+// Size formats a byte count the way the workload names use it: 1 GiB, 4 KiB.
+func Size(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// Count formats a file count: 10k, 1000.
+func Count(n int) string {
+	if n >= 10000 && n%1000 == 0 {
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
+}

@@ -1,0 +1,265 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// Unit is how a row's values are computed, shown and compared.
+type Unit int
+
+const (
+	MBps         Unit = iota // 10^6 bytes per second; higher is better
+	OpsPerSec                // operations per second; higher is better
+	Seconds                  // elapsed time; lower is better
+	Millis                   // elapsed time shown in milliseconds; lower is better
+	EventsPerSec             // journal events per second; higher is better
+)
+
+func (u Unit) String() string {
+	return [...]string{"MB/s", "ops/s", "s", "ms", "events/s"}[u]
+}
+
+// HigherIsBetter reports whether bigger values are better.
+func (u Unit) HigherIsBetter() bool { return u != Seconds && u != Millis }
+
+// Value turns a measurement into the row's unit (times in seconds).
+func (u Unit) Value(m Measurement) float64 {
+	s := m.Elapsed.Seconds()
+	switch u {
+	case MBps:
+		return float64(m.Bytes) / 1e6 / s
+	case OpsPerSec, EventsPerSec:
+		return float64(m.Ops) / s
+	default:
+		return s
+	}
+}
+
+// Format shows a value of this unit.
+func (u Unit) Format(v float64) string {
+	switch u {
+	case MBps:
+		return fmt.Sprintf("%.0f", v)
+	case OpsPerSec, EventsPerSec:
+		return fmt.Sprintf("%.0f", v)
+	case Seconds:
+		return fmt.Sprintf("%.2f", v)
+	default:
+		return fmt.Sprintf("%.2f", v*1e3)
+	}
+}
+
+// Target is one goal for the subject's column: either a ratio against a
+// baseline column (Base), in the ">= 1 is good" orientation of Ratio, or,
+// with Base empty, an absolute minimum of the subject's value.
+type Target struct {
+	Base string
+	Min  float64
+}
+
+func (t Target) String() string {
+	if t.Base == "" {
+		return fmt.Sprintf("≥ %s", compact(t.Min))
+	}
+	return fmt.Sprintf("≥ %.2f× %s", t.Min, t.Base)
+}
+
+func compact(v float64) string {
+	if v >= 1000 && v == float64(int64(v/1000))*1000 {
+		return fmt.Sprintf("%.0fk", v/1000)
+	}
+	return fmt.Sprintf("%g", v)
+}
+
+// Row is one workload's results: the median of its runs per
+// implementation, or why there is none.
+type Row struct {
+	Name    string
+	Unit    Unit
+	Targets []Target
+	Values  map[string]float64
+	Runs    map[string][]float64
+	Errs    map[string]string
+	// Only names the one implementation the row applies to; empty means
+	// all of them.
+	Only string
+}
+
+// Add records one run of impl.
+func (r *Row) Add(impl string, v float64) {
+	if r.Runs == nil {
+		r.Runs = map[string][]float64{}
+	}
+	if r.Values == nil {
+		r.Values = map[string]float64{}
+	}
+	r.Runs[impl] = append(r.Runs[impl], v)
+	r.Values[impl] = median(r.Runs[impl])
+}
+
+// Fail records why impl has no value.
+func (r *Row) Fail(impl string, err error) {
+	if r.Errs == nil {
+		r.Errs = map[string]string{}
+	}
+	if _, ok := r.Errs[impl]; !ok {
+		r.Errs[impl] = err.Error()
+	}
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// value returns impl's median, if impl has one and did not fail.
+func (r *Row) value(impl string) (float64, bool) {
+	if _, failed := r.Errs[impl]; failed {
+		return 0, false
+	}
+	v, ok := r.Values[impl]
+	return v, ok && v > 0
+}
+
+// Ratio compares subject with base so that ">= 1" always means the subject
+// is at least as good: subject÷base for throughput, base÷subject for time.
+func (r *Row) Ratio(subject, base string) (float64, bool) {
+	s, ok1 := r.value(subject)
+	b, ok2 := r.value(base)
+	if !ok1 || !ok2 {
+		return 0, false
+	}
+	if r.Unit.HigherIsBetter() {
+		return s / b, true
+	}
+	return b / s, true
+}
+
+// Met reports whether subject meets t; ok is false when it cannot be told.
+func (r *Row) Met(subject string, t Target) (met, ok bool) {
+	if t.Base == "" {
+		v, ok := r.value(subject)
+		return ok && v >= t.Min, ok
+	}
+	ratio, ok := r.Ratio(subject, t.Base)
+	return ok && ratio >= t.Min, ok
+}
+
+// Table is the benchmark's result: rows of workloads, columns of
+// implementations, ratios of Subject against every other column.
+type Table struct {
+	Impls   []string
+	Subject string
+	Rows    []*Row
+}
+
+func (t *Table) header() []string {
+	h := []string{"workload", "unit"}
+	h = append(h, t.Impls...)
+	for _, b := range t.bases() {
+		h = append(h, t.Subject+"/"+b)
+	}
+	return append(h, "target ("+t.Subject+")")
+}
+
+func (t *Table) bases() []string {
+	var b []string
+	for _, i := range t.Impls {
+		if i != t.Subject {
+			b = append(b, i)
+		}
+	}
+	return b
+}
+
+func (t *Table) cells(r *Row) []string {
+	c := []string{r.Name, r.Unit.String()}
+	for _, impl := range t.Impls {
+		if v, ok := r.value(impl); ok {
+			c = append(c, r.Unit.Format(v))
+		} else if r.Only != "" && r.Only != impl {
+			c = append(c, "—")
+		} else {
+			c = append(c, "n/a")
+		}
+	}
+	for _, b := range t.bases() {
+		if ratio, ok := r.Ratio(t.Subject, b); ok {
+			c = append(c, fmt.Sprintf("%.2f", ratio))
+		} else {
+			c = append(c, "—")
+		}
+	}
+	var goals []string
+	for _, tg := range r.Targets {
+		met, ok := r.Met(t.Subject, tg)
+		switch {
+		case !ok:
+			goals = append(goals, tg.String()+" n/a")
+		case met:
+			goals = append(goals, tg.String()+" ok")
+		default:
+			goals = append(goals, tg.String()+" MISS")
+		}
+	}
+	if len(goals) == 0 {
+		goals = []string{"—"}
+	}
+	return append(c, strings.Join(goals, "; "))
+}
+
+// Legend explains how to read the ratios.
+func (t *Table) Legend() string {
+	return fmt.Sprintf("Values are medians of the runs. Ratios are oriented so that ≥ 1 means %[1]s is at least as good: "+
+		"%[1]s÷other for throughput (MB/s, ops/s), other_time÷%[1]s_time for times (s, ms). "+
+		"Targets are stated in the same orientation (a time ≤ 1.1× native is a ratio ≥ 0.91).", t.Subject)
+}
+
+// WriteText writes the table aligned in columns.
+func (t *Table) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.Join(t.header(), "\t")+"\t")
+	for _, r := range t.Rows {
+		fmt.Fprintln(tw, strings.Join(t.cells(r), "\t")+"\t")
+	}
+	return tw.Flush()
+}
+
+// WriteMarkdown writes the table as GitHub markdown.
+func (t *Table) WriteMarkdown(w io.Writer) error {
+	h := t.header()
+	fmt.Fprintf(w, "| %s |\n", strings.Join(h, " | "))
+	sep := make([]string, len(h))
+	for i := range sep {
+		sep[i] = "---:"
+	}
+	sep[0], sep[len(sep)-1] = "---", "---"
+	fmt.Fprintf(w, "|%s|\n", strings.Join(sep, "|"))
+	for _, r := range t.Rows {
+		if _, err := fmt.Fprintf(w, "| %s |\n", strings.Join(t.cells(r), " | ")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Notes lists every failure recorded in the rows, one line each.
+func (t *Table) Notes() []string {
+	var notes []string
+	for _, r := range t.Rows {
+		for _, impl := range t.Impls {
+			if e, ok := r.Errs[impl]; ok {
+				notes = append(notes, fmt.Sprintf("%s, %s: %s", r.Name, impl, e))
+			}
+		}
+	}
+	return notes
+}
