@@ -1,0 +1,121 @@
+package fs
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+func TestExcluded(t *testing.T) {
+	r := &root{exclude: DefaultExcludes}
+	for _, tc := range []struct {
+		rel  string
+		want bool
+	}{
+		{"sales.db/orders/p=1/part-0", false},
+		{"sales.db/orders/_temporary/0/part-0", true},
+		{"sales.db/orders/.hive-staging_hive_2024/-ext-10000/000000_0", true},
+		{"sales.db/orders/.spark-staging-1234/part-0", true},
+		{"sales.db/orders/p=1/_SUCCESS", true},
+		{"sales.db/orders/_temporaryX/f", false},
+		{"", false},
+	} {
+		if got := r.excluded(tc.rel); got != tc.want {
+			t.Errorf("excluded(%q) = %v, want %v", tc.rel, got, tc.want)
+		}
+	}
+}
+
+func TestEventTypes(t *testing.T) {
+	for _, tc := range []struct {
+		ev   *journal.Event
+		want journal.Type
+		part string
+	}{
+		{dirEvent(true, "sales.db"), journal.CreateDatabase, ""},
+		{dirEvent(false, "sales.db"), journal.DropDatabase, ""},
+		{dirEvent(true, "sales.db/orders"), journal.CreateTable, ""},
+		{dirEvent(false, "sales.db/orders"), journal.DropTable, ""},
+		{dirEvent(true, "sales.db/orders/dt=1/hr=2"), journal.AddPartition, "dt=1/hr=2"},
+		{dirEvent(false, "sales.db/orders/dt=1"), journal.DropPartition, "dt=1"},
+		{dirEvent(true, "scratch/x"), journal.Mkdir, ""},
+		{dirEvent(false, "sales.db/orders/dt=1/sub"), journal.Rmdir, "dt=1"},
+		{fileEvent(journal.Write, "sales.db/orders/dt=1/part-0"), journal.Insert, "dt=1"},
+		{fileEvent(journal.Write, "sales.db/orders/part-0"), journal.Insert, ""},
+		{fileEvent(journal.Write, "sales.db/loose-file"), journal.Write, ""},
+		{fileEvent(journal.Write, "notes.txt"), journal.Write, ""},
+		{fileEvent(journal.Delete, "sales.db/orders/k=v"), journal.Delete, ""},
+	} {
+		if tc.ev.Type != tc.want || tc.ev.Partition != tc.part {
+			t.Errorf("%s: got %s partition %q, want %s partition %q", tc.ev.Path, tc.ev.Type, tc.ev.Partition, tc.want, tc.part)
+		}
+	}
+}
+
+func TestRenameEventTypes(t *testing.T) {
+	dir := &syscall.Stat_t{Mode: syscall.S_IFDIR}
+	reg := &syscall.Stat_t{Mode: syscall.S_IFREG}
+	for _, tc := range []struct {
+		from, to string
+		st       *syscall.Stat_t
+		want     journal.Type
+	}{
+		{"a.db", "b.db", dir, journal.RenameDatabase},
+		{"a.db/t", "a.db/u", dir, journal.RenameTable},
+		{"a.db/t/p=1", "a.db/t/p=2", dir, journal.RenamePartition},
+		{"a.db/t/p=1", "a.db/t/x/p=2", dir, journal.Rename},
+		{"a.db/t/p=1/f", "a.db/t/p=1/g", reg, journal.Rename},
+		{"a.db/t", "a.db/u", reg, journal.Rename},
+	} {
+		if got := renameEvent(tc.from, tc.to, tc.st).Type; got != tc.want {
+			t.Errorf("rename %s -> %s: got %s, want %s", tc.from, tc.to, got, tc.want)
+		}
+	}
+}
+
+func TestSumCache(t *testing.T) {
+	r := &root{}
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte("hello"), 0644); err != nil {
+		t.Fatal(err)
+	}
+	sum, st, err := r.sumPath(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "26c7827d889f6da3"; sum != want || st.Size != 5 { // printf hello | xxhsum -H64
+		t.Fatalf("sumPath = %s %d, want %s 5", sum, st.Size, want)
+	}
+	if got, ok := r.sums.get(statState(st)); !ok || got != sum {
+		t.Fatalf("cache after sumPath: %q %v", got, ok)
+	}
+	if err := os.WriteFile(p, []byte("hello, world"), 0644); err != nil {
+		t.Fatal(err)
+	}
+	sum2, st2, err := r.sumPath(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum2 == sum || st2.Size != 12 {
+		t.Fatalf("changed content hashed as %s size %d: stale cache", sum2, st2.Size)
+	}
+	if got := journal.Sum([]byte("hello, world")); sum2 != got {
+		t.Fatalf("sumPath = %s, want %s", sum2, got)
+	}
+}
+
+func TestToErrno(t *testing.T) {
+	wrapped := &os.PathError{Op: "rename", Path: "x", Err: syscall.ENOSPC}
+	if got := toErrno(wrapped); got != syscall.ENOSPC {
+		t.Errorf("toErrno(wrapped ENOSPC) = %v", got)
+	}
+	if got := toErrno(os.ErrInvalid); got != syscall.EIO {
+		t.Errorf("toErrno(no errno) = %v, want EIO", got)
+	}
+	if got := toErrno(nil); got != 0 {
+		t.Errorf("toErrno(nil) = %v", got)
+	}
+}
