@@ -69,7 +69,9 @@ type Log struct {
 	opts Options
 	db   *bolt.DB // nil when read-only: each call opens its own handle
 
-	last atomic.Uint64 // newest committed id (read-only: newest seen)
+	last    atomic.Uint64 // newest committed id (read-only: newest seen)
+	first   uint64        // last at Open
+	commits atomic.Uint64 // commits since Open
 
 	// mu orders Close after every Append that is handing a request to the
 	// writer, so that no request is queued after the writer stops.
@@ -78,8 +80,9 @@ type Log struct {
 	isClosed atomic.Bool
 	done     chan struct{} // closed by Close
 
-	reqs    chan *request
-	stopped chan struct{} // closed when the writer goroutine returns
+	inflight atomic.Int64 // Append calls between queueing and their answer
+	reqs     chan *request
+	stopped  chan struct{} // closed when the writer goroutine returns
 
 	notifyMu sync.Mutex
 	notify   chan struct{} // closed and replaced after every commit
@@ -148,6 +151,7 @@ func Open(path string, opts Options) (*Log, error) {
 	}
 	l.db = db
 	l.last.Store(last)
+	l.first = last
 	l.reqs = make(chan *request, opts.MaxBatch)
 	l.stopped = make(chan struct{})
 	go l.run()
@@ -310,6 +314,8 @@ func (l *Log) Append(ctx context.Context, events ...*Event) error {
 		return nil
 	}
 	r := newRequest(events)
+	l.inflight.Add(1)
+	defer l.inflight.Add(-1)
 	l.mu.RLock()
 	if l.closed {
 		l.mu.RUnlock()
@@ -486,6 +492,22 @@ func (l *Log) broadcast() {
 	close(l.notify)
 	l.notify = make(chan struct{})
 	l.notifyMu.Unlock()
+}
+
+// Stats describes a writer's work since Open.
+type Stats struct {
+	Events  uint64 // events appended
+	Commits uint64 // transactions (and fsyncs) that stored them
+}
+
+// Stats returns the writer's counters; zero for a read-only Log.
+func (l *Log) Stats() Stats {
+	if l.db == nil {
+		return Stats{}
+	}
+	// Load commits first: an event counted as committed is in last.
+	c := l.commits.Load()
+	return Stats{Events: l.last.Load() - l.first, Commits: c}
 }
 
 // Close waits for pending appends and closes the database. Closing a

@@ -445,7 +445,7 @@ func TestAppendInvalid(t *testing.T) {
 			}
 		})
 	}
-	// A time JSON cannot encode fails that request alone, at commit.
+	// A time JSON cannot encode.
 	bad := testEvent(3)
 	bad.Time = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
 	if err := l.Append(context.Background(), bad); !errors.Is(err, ErrInvalid) || bad.ID != 0 {

@@ -71,6 +71,10 @@ func validate(e *Event) error {
 	if e.Path == "" {
 		return fmt.Errorf("empty path")
 	}
+	var b [64]byte
+	if _, err := e.Time.AppendText(b[:0]); err != nil {
+		return fmt.Errorf("time: %v", err)
+	}
 	for _, s := range [...]string{string(e.Type), e.Path, e.NewPath, e.DB, e.Table, e.Partition, e.Target} {
 		if !utf8.ValidString(s) {
 			return fmt.Errorf("%q is not valid UTF-8", s)
