@@ -7,8 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -599,5 +601,52 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestCloseWhileAppending(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	l := openTestLog(t, path, Options{NoSync: true})
+	var (
+		wg sync.WaitGroup
+		ok atomic.Int64
+	)
+	for w := range 16 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				err := l.Append(context.Background(), testEvent(w*1000+i))
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Errorf("Append: %v", err)
+					return
+				}
+				ok.Add(1)
+			}
+		})
+	}
+	for l.Last() < 100 {
+		runtime.Gosched()
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	// Every acknowledged append is in the log, and nothing else.
+	r := openTestLog(t, path, Options{ReadOnly: true})
+	if got := r.Last(); got != uint64(ok.Load()) {
+		t.Errorf("Last() = %d, acknowledged %d", got, ok.Load())
+	}
+}
+
+func TestStats(t *testing.T) {
+	l := newTestLog(t)
+	appendN(t, l, 3)
+	if err := l.Append(context.Background(), testEvent(3), testEvent(4)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := l.Stats(), (Stats{Events: 5, Commits: 4}); got != want {
+		t.Errorf("Stats() = %+v, want %+v", got, want)
 	}
 }
