@@ -1,0 +1,47 @@
+# cmfs — see README.md.
+
+GO      ?= go
+GOPATH  := $(shell $(GO) env GOPATH)
+export PATH := $(PATH):$(GOPATH)/bin:/root/go/bin
+
+UNIT        := ./journal/... ./cmroot/... ./control/... ./fs/... ./cmd/...
+INTEGRATION := ./integration/...
+
+.PHONY: all build test unit integration bench demo proto vet fmt clean
+
+all: build
+
+build:
+	$(GO) build -o bin/cmfs ./cmd/cmfs
+
+# Unit tests (no FUSE, no root) with the race detector, then the
+# integration tests: real mounts, real processes.
+test: build unit integration
+
+unit:
+	$(GO) test -race $(UNIT)
+
+integration: build
+	$(GO) test -count=1 -timeout 25m $(INTEGRATION)
+
+bench: build
+	$(GO) run ./bench/cmd/cmfsbench
+	CMFS_BENCH=1 $(GO) test -run TestBench -v ./journal/
+
+demo: build
+	./scripts/demo.sh
+
+proto:
+	protoc -I api \
+		--go_out=api/controlpb --go_opt=paths=source_relative \
+		--go-grpc_out=api/controlpb --go-grpc_opt=paths=source_relative \
+		api/control.proto
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -l -w .
+
+clean:
+	rm -rf bin
