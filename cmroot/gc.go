@@ -13,6 +13,10 @@ import (
 // error fn returns, which List returns. fn may call the Store's methods:
 // List reads the index in batches and holds no transaction while fn runs.
 func (s *Store) List(fn func(Entry) error) error {
+	// Entries preserved while List runs may be missed.
+	if err := s.flush(); err != nil {
+		return fmt.Errorf("list: %w", err)
+	}
 	var after []byte
 	for {
 		batch, err := s.batch(after, 1024)

@@ -347,8 +347,33 @@ func (s *Store) view(fn func(b *bolt.Bucket) error) error {
 	return s.db.View(func(tx *bolt.Tx) error { return fn(tx.Bucket(entriesBucket)) })
 }
 
+// The index is written behind: put records a change in memory (pend),
+// which get consults first, and a batch of changes is committed in one
+// bbolt transaction once flushAt of them are pending or flushDelay after
+// the first, so a delete pays a map insert instead of a commit. Changes not
+// yet committed at a crash are what Open's rebuild recovers from the
+// directory anyway.
+const (
+	flushAt    = 512
+	maxPending = 64 << 10 // beyond this, a failing index fails Preserve
+	flushDelay = 100 * time.Millisecond
+)
+
 // get returns the record of name, or nil.
 func (s *Store) get(name string) (*record, error) {
+	s.pmu.Lock()
+	r, ok := s.pend[name]
+	if !ok {
+		r, ok = s.flushing[name]
+	}
+	s.pmu.Unlock()
+	if ok {
+		if r == nil {
+			return nil, nil
+		}
+		c := *r
+		return &c, nil
+	}
 	var out *record
 	err := s.view(func(b *bolt.Bucket) error {
 		v := b.Get([]byte(name))
@@ -368,30 +393,113 @@ func (s *Store) get(name string) (*record, error) {
 // put replaces the record of name with r (nil deletes it) and keeps the
 // in-memory mirror in step. Callers hold name's stripe.
 func (s *Store) put(name string, r *record) error {
+	if s.isClosed() {
+		return ErrClosed
+	}
+	old, err := s.get(name)
+	if err != nil {
+		return err
+	}
+	if s.pending() >= flushAt {
+		if err := s.flush(); err != nil && s.pending() >= maxPending {
+			return err
+		}
+	}
+	if r != nil {
+		c := *r
+		r = &c
+	}
+	s.pmu.Lock()
+	s.pend[name] = r
+	if !s.armed {
+		s.armed = true
+		if s.timer == nil {
+			s.timer = time.AfterFunc(flushDelay, s.flushLater)
+		} else {
+			s.timer.Reset(flushDelay)
+		}
+	}
+	s.pmu.Unlock()
+	s.account(old, -1)
+	s.account(r, 1)
+	return nil
+}
+
+func (s *Store) pending() int {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	return len(s.pend)
+}
+
+// flushLater is the timer's flush. An error leaves the changes pending:
+// the next flush retries them, and Close reports the error if it persists.
+func (s *Store) flushLater() {
+	s.pmu.Lock()
+	s.armed = false
+	s.pmu.Unlock()
+	s.flush()
+}
+
+// flush commits the pending changes to the index in one transaction. On
+// error they stay pending (behind any newer change to the same entry).
+func (s *Store) flush() error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	s.pmu.Lock()
+	batch := s.pend
+	s.pend = make(map[string]*record)
+	s.flushing = batch
+	s.pmu.Unlock()
+	if len(batch) == 0 {
+		s.pmu.Lock()
+		s.flushing = nil
+		s.pmu.Unlock()
+		return nil
+	}
+	err := s.commit(batch)
+	s.pmu.Lock()
+	if err != nil {
+		for k, v := range batch {
+			if _, newer := s.pend[k]; !newer {
+				s.pend[k] = v
+			}
+		}
+	}
+	s.flushing = nil
+	s.pmu.Unlock()
+	if err != nil {
+		return fmt.Errorf("index: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) commit(batch map[string]*record) error {
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.closed {
 		return ErrClosed
 	}
-	var old *record
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(entriesBucket)
-		if v := b.Get([]byte(name)); v != nil {
-			if o, err := decodeRecord(v); err == nil {
-				old = &o
+		for name, r := range batch {
+			var err error
+			if r == nil {
+				err = b.Delete([]byte(name))
+			} else {
+				err = b.Put([]byte(name), r.encode())
+			}
+			if err != nil {
+				return err
 			}
 		}
-		if r == nil {
-			return b.Delete([]byte(name))
-		}
-		return b.Put([]byte(name), r.encode())
+		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("index: %w", err)
-	}
-	s.account(old, -1)
-	s.account(r, 1)
-	return nil
+}
+
+func (s *Store) isClosed() bool {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	return s.closed
 }
 
 func (s *Store) account(r *record, d int) {

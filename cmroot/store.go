@@ -76,6 +76,14 @@ type Store struct {
 	db     *bolt.DB
 	closed bool
 
+	// The index is written behind (see put).
+	flushMu  sync.Mutex // one flush at a time
+	pmu      sync.Mutex // guards the fields below
+	pend     map[string]*record
+	flushing map[string]*record // the batch flush is committing
+	armed    bool
+	timer    *time.Timer
+
 	// mem mirrors the index for the calls on the filesystem's hot path.
 	mem     sync.RWMutex
 	links   map[uint64]uint32 // inode → entries sharing it with an original
@@ -166,6 +174,7 @@ func open(dir string, opts Options, sys sysOps) (*Store, error) {
 		sync:   !opts.NoSync,
 		sys:    sys,
 		links:  make(map[uint64]uint32),
+		pend:   make(map[string]*record),
 	}
 	if s.retain == 0 {
 		s.retain = DefaultRetain
@@ -272,6 +281,9 @@ func (s *Store) Lookup(name string) (Entry, error) {
 func (s *Store) Find(xxh64 string) ([]Entry, error) {
 	var out []Entry
 	prefix := []byte(xxh64 + "-")
+	if err := s.flush(); err != nil {
+		return nil, fmt.Errorf("find %s: %w", xxh64, err)
+	}
 	err := s.view(func(b *bolt.Bucket) error {
 		c := b.Cursor()
 		for k, v := c.Seek(prefix); k != nil && len(k) > len(prefix) && string(k[:len(prefix)]) == string(prefix); k, v = c.Next() {
@@ -295,13 +307,27 @@ func (s *Store) Find(xxh64 string) ([]Entry, error) {
 // Close writes the clean-shutdown marker and closes the index. Calls after
 // the first return nil.
 func (s *Store) Close() error {
+	if s.isClosed() {
+		return nil
+	}
+	s.pmu.Lock()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.pmu.Unlock()
+	// Without a complete index on disk, no clean marker: the next Open
+	// rebuilds from the directory.
+	ferr := s.flush()
 	s.dbMu.Lock()
 	defer s.dbMu.Unlock()
 	if s.closed {
 		return nil
 	}
 	s.closed = true
-	err := s.markClean()
+	err := ferr
+	if err == nil {
+		err = s.markClean()
+	}
 	if cerr := s.db.Close(); err == nil {
 		err = cerr
 	}

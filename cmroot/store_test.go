@@ -47,14 +47,16 @@ func openTestStore(t *testing.T, dir string, tweak ...func(*sysOps)) *Store {
 	return s
 }
 
-func (s *Store) isClosed() bool {
-	s.dbMu.RLock()
-	defer s.dbMu.RUnlock()
-	return s.closed
-}
-
-// crash closes the store the way kill -9 would leave it: no clean marker.
+// crash closes the store the way kill -9 would leave it: no clean marker,
+// index changes not yet flushed lost.
 func (s *Store) crash() {
+	s.pmu.Lock()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.pmu.Unlock()
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
 	s.dbMu.Lock()
 	defer s.dbMu.Unlock()
 	s.closed = true
@@ -749,6 +751,9 @@ func TestUncleanShutdown(t *testing.T) {
 			t.Fatal(err)
 		}
 		names = append(names, name)
+	}
+	if err := s.flush(); err != nil { // the index had caught up
+		t.Fatal(err)
 	}
 	s.crash()
 
