@@ -20,9 +20,9 @@
 //   - Fails closed. If an original cannot be preserved (ENOSPC, EIO, …) the
 //     error wraps the errno (errors.Is works), the original is untouched, and
 //     no partial entry or temp file is left behind.
-//   - Crash safety. The directory is the truth; the index (bbolt, written
-//     without fsync because it is on the hot path of every delete) is a
-//     cache of facts derivable from it. Close writes a durable "clean"
+//   - Crash safety. The directory is the truth; the index (bbolt, on the
+//     hot path of every delete, so written behind in batches and without
+//     fsync) is a cache of facts derivable from it. Close writes a durable "clean"
 //     marker that Open consumes; after a crash (kill -9, power loss) Open
 //     rebuilds the index from the directory, keeping the retention times of
 //     records that survived and giving new-found entries their ctime (the

@@ -252,9 +252,11 @@ func (s *Store) rebuildIndex(path string, old map[string]record) error {
 		db.Close()
 		return err
 	}
-	if err := db.Sync(); err != nil {
-		db.Close()
-		return err
+	if s.sync {
+		if err := db.Sync(); err != nil {
+			db.Close()
+			return err
+		}
 	}
 	if err := db.Close(); err != nil {
 		return err
@@ -262,7 +264,10 @@ func (s *Store) rebuildIndex(path string, old map[string]record) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return err
 	}
-	return syncDir(s.dir)
+	if s.sync {
+		return syncDir(s.dir)
+	}
+	return nil
 }
 
 // scanEntries lists the entry files in the fan-out directories. Files that

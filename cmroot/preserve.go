@@ -23,6 +23,12 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); retur
 // removes path). created says whether a new entry was made. On error path
 // is untouched and nothing is left in the store.
 //
+// A hard-linked entry is the original inode: after Preserve without move
+// the caller may rename another file over path or unlink it, but must not
+// write to or truncate the inode in place (that would change the entry).
+// Preserve before an in-place change with PreserveCopy, and before an
+// O_TRUNC with move.
+//
 // Preserve trusts the caller's checksum on the rename and link paths (it
 // has the bytes already); a copy is hashed on the way and fails with
 // ErrChecksum if it differs. Errors read "preserve <path>: …" and wrap the
@@ -38,6 +44,9 @@ func (s *Store) Preserve(path, xxh64 string, size int64, move bool) (name string
 func (s *Store) preserve(path, sum string, size int64, move bool) (string, bool, error) {
 	if !validSum(sum) || size < 0 {
 		return "", false, fmt.Errorf("bad checksum %q or size %d", sum, size)
+	}
+	if s.isClosed() {
+		return "", false, ErrClosed
 	}
 	fi, err := os.Lstat(path)
 	if err != nil {
