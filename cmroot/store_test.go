@@ -924,3 +924,20 @@ func TestListFind(t *testing.T) {
 		t.Errorf("Find of nothing: %v", err)
 	}
 }
+
+func TestClosed(t *testing.T) {
+	s := newTestStore(t)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p, sum := writeFile(t, t.TempDir(), "f", []byte("abc"))
+	if _, _, err := s.Preserve(p, sum, 3, true); !errors.Is(err, ErrClosed) {
+		t.Errorf("Preserve on a closed store: %v", err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Error(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
