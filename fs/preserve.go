@@ -57,11 +57,9 @@ func (r *root) preserve(abs string, h how) (preserved, error) {
 func (r *root) undo(p preserved, abs string) {
 	if p.moved && abs != "" {
 		if p.created {
-			if os.Rename(r.cm.Path(p.CM), abs) == nil {
-				r.cm.Drop(p.CM)
-			}
+			r.cm.Unpreserve(p.CM, abs)
 		} else {
-			r.cm.Restore(p.CM, abs)
+			r.cm.Restore(p.CM, abs) // the entry predates us: copy it back
 		}
 		return
 	}
