@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
+	"golang.org/x/sys/unix"
 )
 
 // emptySum is the xxh64 of no bytes.
@@ -197,8 +199,22 @@ func (r *root) sumPath(p string) (string, *syscall.Stat_t, error) {
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
+// mmapMin is the size from which a file is hashed through a memory
+// mapping: it saves copying every page into a buffer first.
+const mmapMin = 4 << 20
+
 // hashReaderAt hashes the first size bytes of f without moving its offset.
-func hashReaderAt(f io.ReaderAt, size int64) (string, error) {
+func hashReaderAt(f *os.File, size int64) (string, error) {
+	if size >= mmapMin && int64(int(size)) == size {
+		if data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED); err == nil {
+			defer unix.Munmap(data)
+			unix.Madvise(data, unix.MADV_SEQUENTIAL)
+			if sum, ok := hashMapped(data); ok {
+				return journal.FormatSum(sum), nil
+			}
+			// Truncated under us: hash what is there now by reading.
+		}
+	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	d := xxhash.New()
@@ -206,4 +222,16 @@ func hashReaderAt(f io.ReaderAt, size int64) (string, error) {
 		return "", err
 	}
 	return journal.FormatSum(d.Sum64()), nil
+}
+
+// hashMapped hashes mapped file data. A file truncated by another writer
+// while it is hashed faults (SIGBUS) instead of crashing the mount.
+func hashMapped(data []byte) (sum uint64, ok bool) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return xxhash.Sum64(data), true
 }

@@ -119,3 +119,35 @@ func TestToErrno(t *testing.T) {
 		t.Errorf("toErrno(nil) = %v", got)
 	}
 }
+
+func TestHashLargeAndTruncated(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "big")
+	data := make([]byte, mmapMin+12345)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	if err := os.WriteFile(p, data, 0644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got, err := hashReaderAt(f, int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := journal.Sum(data); got != want {
+		t.Fatalf("mapped hash = %s, want %s", got, want)
+	}
+	// Shrink the file behind the hash's back: the mapped pages past the
+	// end fault, and the hash falls back to reading what is left.
+	if err := os.Truncate(p, 100); err != nil {
+		t.Fatal(err)
+	}
+	got, err = hashReaderAt(f, int64(len(data)))
+	if err == nil && got == journal.Sum(data) {
+		t.Fatalf("hash of a truncated file equals the old content's")
+	}
+}
