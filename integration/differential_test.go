@@ -35,7 +35,7 @@ var diffPaths = func() []string {
 	return paths
 }()
 
-var diffPerms = []uint32{0o600, 0o644, 0o755, 0o400, 0o444, 0o700, 0o640, 0o000}
+var diffPerms = []uint32{0o600, 0o644, 0o755, 0o400, 0o444, 0o700, 0o640, 0o001}
 
 // diffOp is one random operation, applied identically to both trees.
 type diffOp struct {
@@ -249,7 +249,14 @@ func TestDifferential(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(seed), uint64(seed)>>32|1))
 
 	start := time.Now()
-	var recent []string
+	var recent, all []string
+	dumpLog := func() string {
+		name := filepath.Join(os.TempDir(), fmt.Sprintf("cmfs-differential-%d.log", seed))
+		if err := os.WriteFile(name, []byte(strings.Join(all, "\n")+"\n"), 0o644); err != nil {
+			return err.Error()
+		}
+		return "every operation and its native result: " + name
+	}
 	okCount := map[string]int{}
 	errCount := map[string]int{}
 	for i := range diffOps {
@@ -258,12 +265,13 @@ func TestDifferential(t *testing.T) {
 		gotErr, gotOut := o.apply(m.Mnt)
 		line := fmt.Sprintf("%5d %v: %v %s", i, o, wantErr, wantOut)
 		recent = append(recent, line)
+		all = append(all, line)
 		if len(recent) > 25 {
 			recent = recent[1:]
 		}
 		if gotErr != wantErr || gotOut != wantOut {
-			t.Fatalf("seed %d, op %d %v: through cmfs %v (%d) %q, natively %v (%d) %q\nlast operations (native results):\n%s",
-				seed, i, o, gotErr, gotErr, gotOut, wantErr, wantErr, wantOut, strings.Join(recent, "\n"))
+			t.Fatalf("seed %d, op %d %v: through cmfs %v (%d) %q, natively %v (%d) %q\nlast operations (native results):\n%s\n%s",
+				seed, i, o, gotErr, gotErr, gotOut, wantErr, wantErr, wantOut, strings.Join(recent, "\n"), dumpLog())
 		}
 		if wantErr == 0 {
 			okCount[o.kind]++
@@ -272,8 +280,8 @@ func TestDifferential(t *testing.T) {
 		}
 		if (i+1)%1000 == 0 || i == diffOps-1 {
 			if d := diffTrees(snapshot(t, m.Mnt), snapshot(t, native)); d != "" {
-				t.Fatalf("seed %d: after op %d the trees differ (through cmfs vs native):\n%s\nlast operations:\n%s",
-					seed, i, d, strings.Join(recent, "\n"))
+				t.Fatalf("seed %d: after op %d the trees differ (through cmfs vs native):\n%s\nlast operations:\n%s\n%s",
+					seed, i, d, strings.Join(recent, "\n"), dumpLog())
 			}
 		}
 	}

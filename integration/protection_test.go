@@ -407,7 +407,7 @@ func checkEvents(t testing.TB, m *mounted, evs []journal.Event, latest bool) {
 	t.Helper()
 	var entries []string
 	for _, ev := range evs {
-		db, table, part := warehouse(ev.Path)
+		db, table, part := warehouse(ev.Path, isFileEvent(ev.Type))
 		if ev.DB != db || ev.Table != table || ev.Partition != part {
 			t.Errorf("event %d %s %s: db=%q table=%q partition=%q, want %q %q %q",
 				ev.ID, ev.Type, ev.Path, ev.DB, ev.Table, ev.Partition, db, table, part)
@@ -512,10 +512,29 @@ func findEvent(evs []journal.Event, w eventWant) *journal.Event {
 	return nil
 }
 
+// isFileEvent reports whether events of type typ name a file (or a
+// directory below the layout levels) rather than a layout directory.
+func isFileEvent(typ journal.Type) bool {
+	switch typ {
+	case journal.Write, journal.Insert, journal.Delete, journal.Truncate, journal.Rename,
+		journal.Symlink, journal.Link, journal.Restore:
+		return true
+	}
+	return false
+}
+
 // warehouse is an independent reading of the layout rules:
 // <db>.db/<table>/<k>=<v>/... with every leading k=v run the partition.
-func warehouse(p string) (db, table, partition string) {
+// The levels are directories: a file's own name never is one, so for a
+// file the layout is that of its directory.
+func warehouse(p string, file bool) (db, table, partition string) {
 	parts := strings.Split(strings.Trim(p, "/"), "/")
+	if file {
+		parts = parts[:len(parts)-1]
+		if len(parts) == 0 {
+			return "", "", ""
+		}
+	}
 	name, ok := strings.CutSuffix(parts[0], ".db")
 	if !ok || name == "" {
 		return "", "", ""
