@@ -171,6 +171,10 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 
 	cfg := opts.cfg
 	var notes []string
+	nofile, err := raiseFileLimit()
+	if err != nil {
+		notes = append(notes, fmt.Sprintf("RLIMIT_NOFILE not raised (%v): servers that keep an fd per inode (passthrough_ll) may fail with EMFILE", err))
+	}
 	if cfg.Cold {
 		if err := bench.DropCaches(); err != nil {
 			cfg.Cold = false
@@ -185,6 +189,9 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 		fmt.Fprintln(stdout, "  "+l)
 	}
 	fmt.Fprintf(stdout, "  backing directories: %s\n", runDir)
+	if nofile > 0 {
+		fmt.Fprintf(stdout, "  open files limit (RLIMIT_NOFILE) of every server: %d\n", nofile)
+	}
 	fmt.Fprintln(stdout)
 
 	// Build and mount every implementation. One that does not is
@@ -241,7 +248,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	fmt.Fprintf(stdout, "\nworkloads: large file %s, %d small files of %s, %d workers, %d writers; median of %d run(s) per large-file and %d per metadata workload, runs interleaved across implementations;\n",
 		bench.Size(cfg.FileSize), cfg.Files, bench.Size(int64(cfg.SmallSize)), cfg.Workers, cfg.Writers, cfg.DataReps, cfg.Reps)
 	if cfg.Cold {
-		fmt.Fprintln(stdout, "sync + drop_caches (echo 3 > /proc/sys/vm/drop_caches) before every run except the warm lstat, for every implementation alike.")
+		fmt.Fprintln(stdout, "sync + drop_caches (echo 3 > /proc/sys/vm/drop_caches) before every run (the warm lstat: before its untimed first pass), for every implementation alike.")
 	}
 	fmt.Fprintln(stdout)
 
@@ -429,6 +436,28 @@ func (p progress) Ran(w *bench.Workload, impl string, rep int, m bench.Measureme
 		return
 	}
 	p.logf("[%s] %s run %d: %s %s (%v)", w.Name, impl, rep+1, w.Unit.Format(w.Unit.Value(m)), w.Unit, m.Elapsed.Round(time.Millisecond))
+}
+
+// fileLimit is the RLIMIT_NOFILE the servers inherit: passthrough_ll holds
+// an O_PATH descriptor per inode the kernel knows, tens of thousands here.
+const fileLimit = 1 << 20
+
+// raiseFileLimit raises RLIMIT_NOFILE (hard limit too, as root) for this
+// process and, because it is set explicitly, for the servers it starts.
+func raiseFileLimit() (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, err
+	}
+	want := syscall.Rlimit{Cur: max(lim.Cur, fileLimit), Max: max(lim.Max, fileLimit)}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+		// Unprivileged: the soft limit can still go up to the hard one.
+		want = syscall.Rlimit{Cur: lim.Max, Max: lim.Max}
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+			return 0, err
+		}
+	}
+	return want.Cur, nil
 }
 
 // cleanRunDir unmounts whatever a previous, interrupted run left mounted
