@@ -32,6 +32,7 @@ type Mount struct {
 
 	fuse    bool
 	unmount func() error
+	kill    func() error // the server, for Abort without fusectl
 	once    sync.Once
 	err     error
 }
@@ -46,13 +47,22 @@ func (m *Mount) Close() error {
 	return m.err
 }
 
-// Abort aborts the FUSE connection, so that calls blocked on a hung
-// server fail instead of hanging; Close still has to unmount.
+// Abort makes calls blocked on a hung server fail instead of hanging:
+// it aborts the FUSE connection through fusectl where that is mounted, and
+// kills the server otherwise (the kernel then aborts the connection).
+// Close still has to unmount.
 func (m *Mount) Abort() error {
 	if !m.fuse {
 		return errors.New("not a FUSE mount")
 	}
-	return Abort(m.Dir)
+	err := abortConnection(m.Dir)
+	if err == nil || m.kill == nil {
+		return err
+	}
+	if kerr := m.kill(); kerr != nil {
+		return fmt.Errorf("%w; kill server: %v", err, kerr)
+	}
+	return nil
 }
 
 // Native is the backing directory itself, without FUSE.
@@ -131,7 +141,7 @@ func (s *Server) Mount(ctx context.Context, backing, mnt string) (*Mount, error)
 		}
 		return nil, fmt.Errorf("mount %s: %w%s", s.Label, err, logTail(s.Log))
 	}
-	return &Mount{Dir: mnt, fuse: true, unmount: stop}, nil
+	return &Mount{Dir: mnt, fuse: true, unmount: stop, kill: cmd.Process.Kill}, nil
 }
 
 // Daemon is a FUSE server with its own mount and unmount commands, whose
@@ -167,7 +177,19 @@ func (d *Daemon) Mount(ctx context.Context, backing, mnt string) (*Mount, error)
 		stop()
 		return nil, fmt.Errorf("%s returned but: %w", strings.Join(argv, " "), err)
 	}
-	return &Mount{Dir: mnt, fuse: true, unmount: stop}, nil
+	kill := func() error {
+		pids := serverPIDs(argv[0], mnt)
+		if len(pids) == 0 {
+			return fmt.Errorf("no %s process serving %s", argv[0], mnt)
+		}
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				return fmt.Errorf("kill %d: %w", pid, err)
+			}
+		}
+		return nil
+	}
+	return &Mount{Dir: mnt, fuse: true, unmount: stop, kill: kill}, nil
 }
 
 func logTail(path string) string {

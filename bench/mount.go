@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -155,21 +157,39 @@ func Unmount(mnt string, commands ...[]string) error {
 	return fmt.Errorf("unmount %s: still mounted (%s)", mnt, strings.Join(tried, "; "))
 }
 
-// Abort aborts the FUSE connection serving mnt through
-// /sys/fs/fuse/connections, so that calls blocked on a hung server return
-// ENOTCONN. The mount itself stays until it is unmounted.
-func Abort(mnt string) error {
-	dev, err := device(mnt)
+// abortConnection aborts the FUSE connection serving mnt through fusectl
+// (/sys/fs/fuse/connections), so that calls blocked on a hung server return
+// ENOTCONN. It never touches mnt itself, which would block too.
+func abortConnection(mnt string) error {
+	dev, err := mountinfoDevice(mnt)
 	if err != nil {
-		// A dead connection still has its device; fall back to mountinfo.
-		dev, err = mountinfoDevice(mnt)
-		if err != nil {
-			return err
-		}
+		return err
 	}
 	minor := (dev & 0xff) | ((dev >> 12) & 0xfff00)
 	path := filepath.Join("/sys/fs/fuse/connections", fmt.Sprint(minor), "abort")
 	return os.WriteFile(path, []byte("1\n"), 0)
+}
+
+// serverPIDs returns the processes whose command line holds both bin and
+// mnt: the daemon a `bin mount ... mnt` left running.
+func serverPIDs(bin, mnt string) []int {
+	dirs, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) > 0 && args[0] == bin && slices.Contains(args[1:], mnt) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 func mountinfoDevice(mnt string) (uint64, error) {

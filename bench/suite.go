@@ -209,7 +209,7 @@ func Run(ctx context.Context, cfg Config, workloads []Workload, subjects []Subje
 				if err != nil {
 					row.Fail(s.Name, err)
 					if _, timedOut := err.(timeoutError); timedOut {
-						broken[s.Name] = err
+						broken[s.Name] = fmt.Errorf("not run: mount aborted after a timeout in %q", w.Name)
 					}
 					continue
 				}
