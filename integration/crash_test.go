@@ -79,6 +79,7 @@ func crashRound(t *testing.T, killAt int, repair bool) {
 		t.Fatal(err)
 	}
 	defer logFile.Close()
+	live.Store(mp, true)
 	cmd := exec.Command(cmfsBin, "mount", backing, mp)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -74,7 +75,28 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "integration: go build ./cmd/cmfs: %v\n%s", err, out)
 		return 1
 	}
+	defer reapLeftovers()
 	return m.Run()
+}
+
+// live holds the mount points the tests made that are not unmounted yet,
+// so that TestMain can detach whatever a test left behind.
+var live sync.Map
+
+// reapLeftovers detaches mounts that no cleanup removed and kills the
+// daemons serving them, by pid.
+func reapLeftovers() {
+	live.Range(func(k, _ any) bool {
+		mp := k.(string)
+		if isMounted(mp) {
+			fmt.Fprintf(os.Stderr, "integration: %s was left mounted; detaching it\n", mp)
+			exec.Command("fusermount3", "-u", "-z", mp).Run()
+		}
+		for _, pid := range daemonPIDs(mp) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		return true
+	})
 }
 
 // missingPrerequisite says why FUSE mounts cannot be made here, or "".
@@ -203,6 +225,7 @@ func mountAt(t testing.TB, backing string, flags ...string) *mounted {
 	if v := flagValue(flags, "--cmroot"); v != "" {
 		m.CMRoot = v
 	}
+	live.Store(mp, true)
 	t.Cleanup(func() { m.unmountAndCheck(t) })
 	args := append([]string{"mount", "--daemon"}, flags...)
 	res := cmfs(t, append(args, backing, mp)...)
@@ -234,9 +257,15 @@ func (m *mounted) unmount(t testing.TB) {
 			t.Errorf("cmfs umount %s: %v", m.Mnt, res)
 			forceUnmount(t, m.Mnt)
 		}
-		waitFor(t, 15*time.Second, "unmount of "+m.Mnt, func() bool { return !isMounted(m.Mnt) })
+		// Not waitFor: a Fatal here would skip the rest of the cleanup
+		// and leak the mount and its daemon.
+		if !poll(15*time.Second, func() bool { return !isMounted(m.Mnt) }) {
+			t.Errorf("%s still mounted 15s after cmfs umount", m.Mnt)
+			forceUnmount(t, m.Mnt)
+		}
 	}
 	reapDaemons(t, m.Mnt)
+	live.Delete(m.Mnt)
 }
 
 // unmountAndCheck is every mount's cleanup: unmount, then the journal must
@@ -377,16 +406,24 @@ func reapDaemons(t testing.TB, mp string) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds, failing t at the deadline.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !poll(timeout, cond) {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+// poll reports whether cond came to hold before the deadline.
+func poll(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return true
 }
 
 // eventKeys are the keys every `cmfs events --json` object must carry.
