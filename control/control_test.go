@@ -313,6 +313,16 @@ func TestFsck(t *testing.T) {
 	if !r.Repaired || !equal(r.Remaining, []string{gone.CM}) || r.OK() {
 		t.Errorf("Fsck repair = %+v, want the missing entry remaining", r)
 	}
+	// Once the events are older than the retention, gc may have removed
+	// the entry: expired, not missing.
+	later := time.Now().Add(cmroot.DefaultRetain + time.Hour)
+	r, err = FsckRetain(e.j, e.store, true, cmroot.DefaultRetain, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Missing) != 0 || !equal(r.Expired, []string{gone.CM}) || !r.OK() {
+		t.Errorf("FsckRetain a day later = %+v, want %s expired and OK", r, gone.CM)
+	}
 }
 
 func TestFsckClean(t *testing.T) {

@@ -69,6 +69,7 @@ func reportToProto(r Report) *controlpb.FsckResponse {
 		Referenced: int64(r.Referenced),
 		Repaired:   r.Repaired,
 		Remaining:  r.Remaining,
+		Expired:    r.Expired,
 	}
 }
 
@@ -82,5 +83,6 @@ func reportFromProto(p *controlpb.FsckResponse) Report {
 		Referenced: int(p.Referenced),
 		Repaired:   p.Repaired,
 		Remaining:  p.Remaining,
+		Expired:    p.Expired,
 	}
 }

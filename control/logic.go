@@ -68,8 +68,12 @@ type Report struct {
 	Referenced int `json:"referenced"`
 	// Orphans are entries no event references.
 	Orphans []string `json:"orphans"`
-	// Missing are names events reference that cmroot lacks.
+	// Missing are names events reference that cmroot lacks, although an
+	// event younger than the retention references them: lost originals.
 	Missing []string `json:"missing"`
+	// Expired are names cmroot lacks that only events older than the
+	// retention reference: gc may remove those, so they are no failure.
+	Expired []string `json:"expired"`
 	// Corrupt are entries whose content does not match their name.
 	Corrupt []string `json:"corrupt"`
 	// IndexFixed counts index records a repair rewrote.
@@ -95,13 +99,17 @@ func (r Report) Clean() bool {
 	return len(r.Orphans) == 0 && len(r.Missing) == 0 && len(r.Corrupt) == 0 && r.IndexFixed == 0
 }
 
-// Referenced returns every cmroot name the journal's events reference.
-func Referenced(j *journal.Log) (map[string]bool, error) {
-	refs := make(map[string]bool)
+// Referenced returns every cmroot name the journal's events reference,
+// with the time of the newest event that references it.
+func Referenced(j *journal.Log) (map[string]time.Time, error) {
+	refs := make(map[string]time.Time)
 	err := j.Range(1, 0, func(e *journal.Event) error {
 		for _, f := range e.Files {
-			if f.CM != "" {
-				refs[f.CM] = true
+			if f.CM == "" {
+				continue
+			}
+			if t, ok := refs[f.CM]; !ok || e.Time.After(t) {
+				refs[f.CM] = e.Time
 			}
 		}
 		return nil
@@ -112,13 +120,35 @@ func Referenced(j *journal.Log) (map[string]bool, error) {
 	return refs, nil
 }
 
-// Fsck checks the store against every name the journal references. With
-// repair it lets the store fix what it can, then checks again so the
-// report says what is still wrong.
+// Fsck is FsckRetain with the default retention.
 func Fsck(j *journal.Log, store *cmroot.Store, repair bool) (Report, error) {
-	refs, err := Referenced(j)
+	return FsckRetain(j, store, repair, cmroot.DefaultRetain, time.Now())
+}
+
+// FsckRetain checks the store against every name the journal references.
+// A missing entry that only events older than retain reference is
+// reported as expired (gc's doing), not missing. With repair it lets the
+// store fix what it can, then checks again so the report says what is
+// still wrong.
+func FsckRetain(j *journal.Log, store *cmroot.Store, repair bool, retain time.Duration, now time.Time) (Report, error) {
+	refTimes, err := Referenced(j)
 	if err != nil {
 		return Report{}, err
+	}
+	refs := make(map[string]bool, len(refTimes))
+	for name := range refTimes {
+		refs[name] = true
+	}
+	// lost splits missing names into lost ones and expired ones.
+	lost := func(missing []string) (lost, expired []string) {
+		for _, name := range missing {
+			if now.Sub(refTimes[name]) > retain {
+				expired = append(expired, name)
+			} else {
+				lost = append(lost, name)
+			}
+		}
+		return lost, expired
 	}
 	r, err := store.Fsck(refs, repair)
 	if err != nil {
@@ -128,17 +158,18 @@ func Fsck(j *journal.Log, store *cmroot.Store, repair bool) (Report, error) {
 		Entries:    r.Entries,
 		Referenced: len(refs),
 		Orphans:    r.Orphans,
-		Missing:    r.Missing,
 		Corrupt:    r.Corrupt,
 		IndexFixed: r.IndexFixed,
 	}
+	rep.Missing, rep.Expired = lost(r.Missing)
 	if repair {
 		after, err := store.Fsck(refs, false)
 		if err != nil {
 			return Report{}, fmt.Errorf("fsck cmroot after repair: %w", err)
 		}
 		rep.Repaired = true
-		rep.Remaining = append(append([]string{}, after.Missing...), after.Corrupt...)
+		remaining, _ := lost(after.Missing)
+		rep.Remaining = append(remaining, after.Corrupt...)
 	}
 	return rep, nil
 }

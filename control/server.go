@@ -150,7 +150,7 @@ func (s *Server) Events(req *controlpb.EventsRequest, stream grpc.ServerStreamin
 func (s *Server) Fsck(ctx context.Context, req *controlpb.FsckRequest) (*controlpb.FsckResponse, error) {
 	s.maint.Lock()
 	defer s.maint.Unlock()
-	r, err := Fsck(s.j, s.store, req.Repair)
+	r, err := FsckRetain(s.j, s.store, req.Repair, s.retain(), time.Now())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -161,10 +161,7 @@ func (s *Server) Fsck(ctx context.Context, req *controlpb.FsckRequest) (*control
 func (s *Server) GC(ctx context.Context, req *controlpb.GCRequest) (*controlpb.GCResponse, error) {
 	retain := time.Duration(req.RetainSeconds) * time.Second
 	if req.RetainSeconds == 0 {
-		retain = s.info.Retain
-	}
-	if retain == 0 {
-		retain = cmroot.DefaultRetain
+		retain = s.retain()
 	}
 	s.maint.Lock()
 	defer s.maint.Unlock()
@@ -192,4 +189,12 @@ func (s *Server) Lookup(ctx context.Context, req *controlpb.LookupRequest) (*con
 		RefreshedUnixNano: unixNano(e.Refreshed),
 		Path:              s.store.Path(e.Name),
 	}, nil
+}
+
+// retain is the mount's retention.
+func (s *Server) retain() time.Duration {
+	if s.info.Retain > 0 {
+		return s.info.Retain
+	}
+	return cmroot.DefaultRetain
 }

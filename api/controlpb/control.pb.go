@@ -466,7 +466,10 @@ type FsckResponse struct {
 	Referenced int64                  `protobuf:"varint,6,opt,name=referenced,proto3" json:"referenced,omitempty"`
 	Repaired   bool                   `protobuf:"varint,7,opt,name=repaired,proto3" json:"repaired,omitempty"`
 	// remaining lists the missing or corrupt entries a repair left behind.
-	Remaining     []string `protobuf:"bytes,8,rep,name=remaining,proto3" json:"remaining,omitempty"`
+	Remaining []string `protobuf:"bytes,8,rep,name=remaining,proto3" json:"remaining,omitempty"`
+	// expired lists names cmroot lacks that only events older than the
+	// retention reference (gc removed them): no failure.
+	Expired       []string `protobuf:"bytes,9,rep,name=expired,proto3" json:"expired,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -553,6 +556,13 @@ func (x *FsckResponse) GetRepaired() bool {
 func (x *FsckResponse) GetRemaining() []string {
 	if x != nil {
 		return x.Remaining
+	}
+	return nil
+}
+
+func (x *FsckResponse) GetExpired() []string {
+	if x != nil {
+		return x.Expired
 	}
 	return nil
 }
@@ -823,7 +833,7 @@ const file_control_proto_rawDesc = "" +
 	"\x05xxh64\x18\x03 \x01(\tR\x05xxh64\x12\x0e\n" +
 	"\x02cm\x18\x04 \x01(\tR\x02cm\"%\n" +
 	"\vFsckRequest\x12\x16\n" +
-	"\x06repair\x18\x01 \x01(\bR\x06repair\"\xf1\x01\n" +
+	"\x06repair\x18\x01 \x01(\bR\x06repair\"\x8b\x02\n" +
 	"\fFsckResponse\x12\x18\n" +
 	"\aentries\x18\x01 \x01(\x03R\aentries\x12\x18\n" +
 	"\aorphans\x18\x02 \x03(\tR\aorphans\x12\x18\n" +
@@ -835,7 +845,8 @@ const file_control_proto_rawDesc = "" +
 	"referenced\x18\x06 \x01(\x03R\n" +
 	"referenced\x12\x1a\n" +
 	"\brepaired\x18\a \x01(\bR\brepaired\x12\x1c\n" +
-	"\tremaining\x18\b \x03(\tR\tremaining\"2\n" +
+	"\tremaining\x18\b \x03(\tR\tremaining\x12\x18\n" +
+	"\aexpired\x18\t \x03(\tR\aexpired\"2\n" +
 	"\tGCRequest\x12%\n" +
 	"\x0eretain_seconds\x18\x01 \x01(\x03R\rretainSeconds\"<\n" +
 	"\n" +

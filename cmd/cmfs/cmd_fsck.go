@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -24,7 +25,8 @@ func newFsckCmd(g *globalOptions) *cobra.Command {
 		Short: "Check cmroot against the journal",
 		Long: `Check that every cmroot entry an event references is present and intact,
 and list orphans (entries no event references; gc removes them after the
-retention). Runs inside the mount when it is mounted. Exits 1 when an
+retention). An entry gone although only events older than the retention
+reference it is listed as expired (gc removed it), not missing. Runs inside the mount when it is mounted. Exits 1 when an
 entry is missing or corrupt (after --repair: when the repair left one).`,
 		Example: `  cmfs fsck /data/warehouse
   cmfs fsck --state /var/lib/cmfs --repair --json`,
@@ -56,7 +58,7 @@ func runFsck(ctx context.Context, g *globalOptions, opts fsckOptions, args []str
 			return err
 		}
 		defer off.Close()
-		if rep, err = control.Fsck(off.j, off.store, opts.repair); err != nil {
+		if rep, err = control.FsckRetain(off.j, off.store, opts.repair, t.record.retain(), time.Now()); err != nil {
 			return err
 		}
 	}
@@ -76,7 +78,7 @@ func runFsck(ctx context.Context, g *globalOptions, opts fsckOptions, args []str
 }
 
 func nonNil(r control.Report) control.Report {
-	for _, l := range []*[]string{&r.Orphans, &r.Missing, &r.Corrupt, &r.Remaining} {
+	for _, l := range []*[]string{&r.Orphans, &r.Missing, &r.Expired, &r.Corrupt, &r.Remaining} {
 		if *l == nil {
 			*l = []string{}
 		}
@@ -91,7 +93,7 @@ func printReport(g *globalOptions, r control.Report) {
 	for _, l := range []struct {
 		name  string
 		names []string
-	}{{"orphans", r.Orphans}, {"missing", r.Missing}, {"corrupt", r.Corrupt}} {
+	}{{"orphans", r.Orphans}, {"missing", r.Missing}, {"expired", r.Expired}, {"corrupt", r.Corrupt}} {
 		fmt.Fprintf(w, "%-11s %d\n", l.name+":", len(l.names))
 		for _, n := range l.names {
 			fmt.Fprintf(w, "  %s\n", n)
@@ -117,6 +119,7 @@ func summarize(r control.Report) string {
 	add(len(r.Missing), "missing")
 	add(len(r.Corrupt), "corrupt")
 	add(len(r.Orphans), "orphans kept until gc")
+	add(len(r.Expired), "expired (removed by gc)")
 	add(r.IndexFixed, "index records fixed")
 	if r.Repaired && len(r.Remaining) > 0 {
 		parts = append(parts, fmt.Sprintf("unrepaired: %s", strings.Join(r.Remaining, " ")))

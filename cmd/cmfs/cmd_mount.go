@@ -225,7 +225,7 @@ func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (
 
 	// Crash recovery: bring cmroot and the journal back into agreement
 	// before anything new happens.
-	rep, err := control.Fsck(j, store, true)
+	rep, err := control.FsckRetain(j, store, true, cfg.Retain, time.Now())
 	if err != nil {
 		return fmt.Errorf("recovery fsck: %w", err)
 	}

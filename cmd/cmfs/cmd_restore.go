@@ -287,9 +287,12 @@ func fileSum(p string) (string, error) {
 	return journal.FormatSum(h.Sum64()), nil
 }
 
-// copyVerified copies src to dst through a temp file in dst's directory:
-// write, fsync, check the written bytes against the event, rename over
-// dst, fsync the directory.
+// copyVerified copies src to dst through a temp file: write, fsync,
+// check the written bytes against the event, rename over dst, fsync the
+// directory. The temp file sits in a staging directory next to dst whose
+// name the mount excludes from protection by default (.hive-staging*),
+// so through a mount the journal shows the restore as new content at
+// dst, not as a stray temp file renamed.
 func copyVerified(src, dst string, f journal.File) (err error) {
 	in, err := os.Open(src)
 	if err != nil {
@@ -304,14 +307,18 @@ func copyVerified(src, dst string, f journal.File) (err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("restore %s: %w", f.Path, err)
 	}
-	tmp, err := os.CreateTemp(dir, ".cmfs-restore-*")
+	staging, err := os.MkdirTemp(dir, ".hive-staging_cmfs_restore_")
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", f.Path, err)
+	}
+	defer os.RemoveAll(staging)
+	tmp, err := os.OpenFile(filepath.Join(staging, filepath.Base(dst)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", f.Path, err)
 	}
 	defer func() {
 		if err != nil {
 			tmp.Close()
-			os.Remove(tmp.Name())
 		}
 	}()
 	if _, err = io.Copy(tmp, in); err != nil {
