@@ -87,6 +87,9 @@ type Row struct {
 	// Only names the one implementation the row applies to; empty means
 	// all of them.
 	Only string
+	// Best makes Values the best run (highest throughput, shortest time)
+	// instead of the median.
+	Best bool
 }
 
 // Add records one run of impl.
@@ -98,7 +101,11 @@ func (r *Row) Add(impl string, v float64) {
 		r.Values = map[string]float64{}
 	}
 	r.Runs[impl] = append(r.Runs[impl], v)
-	r.Values[impl] = median(r.Runs[impl])
+	if r.Best {
+		r.Values[impl] = best(r.Runs[impl], r.Unit)
+	} else {
+		r.Values[impl] = median(r.Runs[impl])
+	}
 }
 
 // Fail records why impl has no value.
@@ -118,6 +125,16 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func best(v []float64, u Unit) float64 {
+	b := v[0]
+	for _, x := range v[1:] {
+		if (u.HigherIsBetter() && x > b) || (!u.HigherIsBetter() && x < b) {
+			b = x
+		}
+	}
+	return b
 }
 
 // value returns impl's median, if impl has one and did not fail.
@@ -159,6 +176,7 @@ type Table struct {
 	Impls   []string
 	Subject string
 	Rows    []*Row
+	Best    bool // the rows show the best run, not the median
 }
 
 func (t *Table) header() []string {
@@ -218,9 +236,13 @@ func (t *Table) cells(r *Row) []string {
 
 // Legend explains how to read the ratios.
 func (t *Table) Legend() string {
-	return fmt.Sprintf("Values are medians of the runs. Ratios are oriented so that ≥ 1 means %[1]s is at least as good: "+
-		"%[1]s÷other for throughput (MB/s, ops/s), other_time÷%[1]s_time for times (s, ms). "+
-		"Targets are stated in the same orientation (a time ≤ 1.1× native is a ratio ≥ 0.91).", t.Subject)
+	stat := "medians of the runs"
+	if t.Best {
+		stat = "the best run of each (highest throughput, shortest time)"
+	}
+	return fmt.Sprintf("Values are %[2]s. Ratios are oriented so that ≥ 1 means %[1]s is at least as good: "+
+		"%[1]s÷other for throughput (MB/s, ops/s, events/s), other_time÷%[1]s_time for times (s, ms). "+
+		"Targets are stated in the same orientation (a time ≤ 1.1× native is a ratio ≥ 0.91).", t.Subject, stat)
 }
 
 // WriteText writes the table aligned in columns.
@@ -249,6 +271,33 @@ func (t *Table) WriteMarkdown(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// Spread lists, one line per row, the implementations whose runs differ by
+// more than a factor of limit (slowest against fastest), so that a reader
+// knows which ratios are within the noise.
+func (t *Table) Spread(limit float64) []string {
+	var lines []string
+	for _, r := range t.Rows {
+		var noisy []string
+		for _, impl := range t.Impls {
+			runs := r.Runs[impl]
+			if len(runs) < 2 {
+				continue
+			}
+			lo, hi := runs[0], runs[0]
+			for _, v := range runs[1:] {
+				lo, hi = min(lo, v), max(hi, v)
+			}
+			if lo > 0 && hi/lo > limit {
+				noisy = append(noisy, fmt.Sprintf("%s %.1f×", impl, hi/lo))
+			}
+		}
+		if len(noisy) > 0 {
+			lines = append(lines, fmt.Sprintf("%s: %s", r.Name, strings.Join(noisy, ", ")))
+		}
+	}
+	return lines
 }
 
 // Notes lists every failure recorded in the rows, one line each.

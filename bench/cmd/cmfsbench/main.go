@@ -72,6 +72,7 @@ func parseFlags(args []string) (options, error) {
 	impls := fl.String("impls", "native,loopback,passthrough_ll,cmfs", "implementations to run, comma-separated")
 	journalEvents := fl.Int("journal-events", 64000, "events of the journal benchmark (0 skips it)")
 	keep := fl.Bool("keep", false, "keep the backing directories after the run")
+	bestRun := fl.Bool("best", false, "show the best run of each workload instead of the median")
 	noCold := fl.Bool("no-drop-caches", false, "do not sync and drop caches before runs")
 	if err := fl.Parse(args); err != nil {
 		return options{}, err
@@ -110,6 +111,7 @@ func parseFlags(args []string) (options, error) {
 	}
 	cfg.Workers, cfg.Writers = *workers, *writers
 	cfg.Cold = !*noCold
+	cfg.Best = *bestRun
 	if cfg.Files < 1 || cfg.Workers < 1 || cfg.Writers < 1 || cfg.Reps < 1 || cfg.DataReps < 1 || cfg.FileSize < 8192 {
 		return options{}, errors.New("sizes and counts must be positive (and -size at least 8K)")
 	}
@@ -241,12 +243,16 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 		return errors.New("nothing mounted")
 	}
 
+	stat := "median"
+	if cfg.Best {
+		stat = "best"
+	}
 	fmt.Fprintln(stdout, "implementations:")
 	for _, name := range opts.impls {
 		fmt.Fprintf(stdout, "  %-15s %s\n", name, describe[name])
 	}
-	fmt.Fprintf(stdout, "\nworkloads: large file %s, %d small files of %s, %d workers, %d writers; median of %d run(s) per large-file and %d per metadata workload, runs interleaved across implementations;\n",
-		bench.Size(cfg.FileSize), cfg.Files, bench.Size(int64(cfg.SmallSize)), cfg.Workers, cfg.Writers, cfg.DataReps, cfg.Reps)
+	fmt.Fprintf(stdout, "\nworkloads: large file %s, %d small files of %s, %d workers, %d writers; %s of %d run(s) per large-file and %d per metadata workload, runs interleaved across implementations;\n",
+		bench.Size(cfg.FileSize), cfg.Files, bench.Size(int64(cfg.SmallSize)), cfg.Workers, cfg.Writers, stat, cfg.DataReps, cfg.Reps)
 	if cfg.Cold {
 		fmt.Fprintln(stdout, "sync + drop_caches (echo 3 > /proc/sys/vm/drop_caches) before every run (the warm lstat: before its untimed first pass), for every implementation alike.")
 	}
@@ -260,13 +266,16 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	}
 	logf("ran for %v", time.Since(start).Round(time.Second))
 
-	table := &bench.Table{Impls: opts.impls, Subject: bench.CmfsName, Rows: rows}
+	table := &bench.Table{Impls: opts.impls, Subject: bench.CmfsName, Rows: rows, Best: cfg.Best}
 	if err := table.WriteText(stdout); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout)
 	fmt.Fprintln(stdout, table.Legend())
 	notes = append(notes, table.Notes()...)
+	for _, l := range table.Spread(1.5) {
+		notes = append(notes, "runs differ by more than 1.5× (slowest to fastest) in "+l)
+	}
 	if len(notes) > 0 {
 		fmt.Fprintln(stdout, "\nnotes:")
 		for _, n := range notes {
