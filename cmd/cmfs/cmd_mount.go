@@ -193,7 +193,7 @@ func openMountJournal(ctx context.Context, plan mountPlan) (*journal.Log, error)
 		return nil, fmt.Errorf("%s is already mounted: journal %s is locked by another process", plan.cfg.Backing, path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open journal %s: %w", path, err)
+		return nil, err // journal.Open names the file
 	}
 	if err := j.Verify(); err != nil {
 		j.Close()

@@ -240,7 +240,7 @@ func openJournal(t target) (*journal.Log, error) {
 		return nil, fmt.Errorf("journal %s is held by a mount whose control socket does not answer: %w", path, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open journal %s: %w", path, err)
+		return nil, err // journal.Open names the file
 	}
 	return j, nil
 }
