@@ -7,10 +7,12 @@
 // The protection table (DESIGN.md §3):
 //
 //   - unlink moves the file into cmroot (rename, O(1)); a file that is still
-//     open for writing is copied instead, so later writes cannot change a
-//     preserved original.
-//   - rename over an existing file hard-links the old target into cmroot,
-//     then renames: the replacement stays atomic.
+//     open for writing, or has other hard links, is copied instead: a
+//     cmroot entry is never an inode the tree can still change.
+//   - rename over an existing file hard-links the old target into cmroot
+//     (copies it, as above, when it could still change), then renames: the
+//     replacement stays atomic. A rename out of the protected tree into
+//     scratch space copies every file it takes along.
 //   - open with O_TRUNC of a non-empty file hard-links the original into
 //     cmroot and swaps a new empty inode into place (O(1)); when the node
 //     has other open handles or other hard links, the original is copied

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"fmt"
+	"log"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,17 +73,24 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
 		NegativeTimeout: &neg,
+		// Report modes as they are, 0 included.
+		NullPermissions: true,
 		MountOptions: fuse.MountOptions{
 			FsName:     backing,
 			Name:       "cmfs",
 			AllowOther: cfg.AllowOther,
-			Debug:      cfg.Debug,
+			Debug:      cfg.Debug || os.Getenv("CMFS_FUSE_DEBUG") != "",
 			// O_TRUNC must arrive with OPEN, or the kernel would open the
 			// file for writing first and the original would be copied.
 			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
 			DirectMount:       os.Geteuid() == 0,
 			MaxBackground:     64,
 		},
+	}
+	if p := os.Getenv("CMFS_FUSE_DEBUG"); p != "" {
+		if lf, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0644); err == nil {
+			opts.MountOptions.Logger = log.New(lf, "", log.Lmicroseconds)
+		}
 	}
 	mo := append([]string(nil), cfg.Options...)
 	if cfg.AllowOther {

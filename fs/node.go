@@ -6,6 +6,7 @@ import (
 	"path"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/cmfs-project/cmfs/journal"
@@ -23,10 +24,17 @@ type node struct {
 	mu      sync.Mutex
 	opens   int // handles open on this node
 	writers int // of which opened for writing
+
+	// swapped is the backing inode number now behind this node when cmfs
+	// replaced the inode at its path (O_TRUNC, truncate to 0): the node
+	// keeps its identity, so the kernel and go-fuse keep one node per
+	// inode (root.swaps). 0 when the node's identity is its backing inode.
+	swapped atomic.Uint64
 }
 
 var (
 	_ = (gofs.NodeWrapChilder)((*node)(nil))
+	_ = (gofs.NodeOnForgetter)((*node)(nil))
 	_ = (gofs.NodeLookuper)((*node)(nil))
 	_ = (gofs.NodeOpendirHandler)((*node)(nil))
 	_ = (gofs.NodeMkdirer)((*node)(nil))
@@ -85,10 +93,29 @@ func (n *node) childNode(name string) *node {
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if rel, _ := n.child(name); n.r.isHidden(rel) {
+	rel, abs := n.child(name)
+	if n.r.isHidden(rel) {
 		return nil, syscall.ENOENT
 	}
+	// An inode cmfs swapped in belongs to the node that was there, under
+	// every name it has.
+	if sn, st := n.r.swappedNode(abs); sn != nil {
+		out.Attr.FromStat(st)
+		out.Ino = sn.StableAttr().Ino
+		return sn.EmbeddedInode(), 0
+	}
 	return n.LoopbackNode.Lookup(ctx, name, out)
+}
+
+// OnForget drops the node's swapped inode from the root's table.
+func (n *node) OnForget() {
+	if ino := n.swapped.Load(); ino != 0 {
+		n.r.swapMu.Lock()
+		if e, ok := n.r.swaps[ino]; ok && e.n == n {
+			delete(n.r.swaps, ino)
+		}
+		n.r.swapMu.Unlock()
+	}
 }
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
@@ -174,8 +201,10 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		ch.mu.Lock()
 		defer ch.mu.Unlock()
 	}
+	// The entry must never be an inode the tree can still change: a file
+	// with other links, or open for writing, is copied.
 	h := byMove
-	if ch != nil && ch.writers > 0 {
+	if (ch != nil && ch.writers > 0) || n.r.treeLinks(&st) > 1 {
 		h = byCopy
 	}
 	orig, err := n.r.preserve(abs, h)
@@ -208,9 +237,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	}
 	oldEx, newEx := n.r.excluded(oldRel), n.r.excluded(newRel)
 
-	var src syscall.Stat_t
+	var src, tst syscall.Stat_t
 	if err := syscall.Lstat(oldAbs, &src); err != nil {
 		return toErrno(err)
+	}
+	targetExists := syscall.Lstat(newAbs, &tst) == nil
+	if targetExists && tst.Ino == src.Ino && tst.Dev == src.Dev && flags&unix.RENAME_EXCHANGE == 0 {
+		// Two names of one inode: rename(2) does nothing, and so do we.
+		return toErrno(unix.Renameat2(unix.AT_FDCWD, oldAbs, unix.AT_FDCWD, newAbs, uint(flags)))
 	}
 	// Leaving the protected tree for scratch space is a delete: keep the
 	// originals before they become unprotected.
@@ -224,17 +258,15 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	}
 	// The replaced target, if any.
 	var target *preserved
-	var tst syscall.Stat_t
 	if flags&unix.RENAME_NOREPLACE == 0 && flags&unix.RENAME_EXCHANGE == 0 && !newEx &&
-		syscall.Lstat(newAbs, &tst) == nil && tst.Mode&syscall.S_IFMT == syscall.S_IFREG &&
-		src.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		targetExists && isReg(&tst) && src.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 		ch := np.childNode(newName)
 		if ch != nil {
 			ch.mu.Lock()
 			defer ch.mu.Unlock()
 		}
 		h := byLink
-		if ch != nil && ch.writers > 0 {
+		if (ch != nil && ch.writers > 0) || n.r.treeLinks(&tst) > 1 {
 			h = byCopy
 		}
 		p, err := n.r.preserve(newAbs, h)
@@ -317,21 +349,39 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 		return nil, syscall.EXDEV
 	}
 	trel, live := tn.rel()
-	ch, errno := n.LoopbackNode.Link(ctx, target, name, out)
-	if errno != 0 || n.r.excluded(rel) || !live {
-		return ch, errno
+	if !live {
+		// An O_TMPFILE file or an unlinked one: LINK names no path.
+		return nil, syscall.EXDEV
 	}
-	sum, st, err := n.r.sumPath(abs)
-	if err != nil {
-		return ch, toErrno(err)
+	if err := syscall.Link(n.r.abs(trel), abs); err != nil {
+		return nil, toErrno(err)
 	}
-	e := fileEvent(journal.Link, rel, journal.File{Path: rel, Size: st.Size, XXH64: sum})
-	e.Path, e.NewPath = trel, rel
+	var st syscall.Stat_t
+	if err := syscall.Lstat(abs, &st); err != nil {
+		syscall.Unlink(abs)
+		return nil, toErrno(err)
+	}
+	out.Attr.FromStat(&st)
+	out.Ino = tn.StableAttr().Ino
+	// A second name of the same inode is the same node.
+	if n.r.excluded(rel) {
+		return tn.EmbeddedInode(), 0
+	}
+	e := fileEvent(journal.Link, trel)
+	e.NewPath = rel
+	if isReg(&st) {
+		sum, st, err := n.r.sumPath(abs)
+		if err != nil {
+			syscall.Unlink(abs)
+			return nil, toErrno(err)
+		}
+		e.Files = []journal.File{{Path: rel, Size: st.Size, XXH64: sum}}
+	}
 	if err := n.r.emit(ctx, e); err != nil {
 		syscall.Unlink(abs)
 		return nil, toErrno(err)
 	}
-	return ch, 0
+	return tn.EmbeddedInode(), 0
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

@@ -45,7 +45,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 // createExisting is O_CREAT without O_EXCL of a file that exists: an open,
 // with the protection an open for writing gets.
 func (n *node) createExisting(ctx context.Context, name string, flags uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	ch, errno := n.LoopbackNode.Lookup(ctx, name, out)
+	ch, errno := n.Lookup(ctx, name, out)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
@@ -116,6 +116,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 				n.r.undo(orig, "")
 				return nil, 0, toErrno(err)
 			}
+			n.swappedTo(f)
 		} else {
 			// Other handles or links must see the truncation: copy, then
 			// truncate in place.
@@ -173,6 +174,24 @@ func (r *root) replace(abs string, st *syscall.Stat_t, flags uint32) (*os.File, 
 		return nil, err
 	}
 	return f, nil
+}
+
+// swappedTo records that the node's name now holds the inode open as f.
+func (n *node) swappedTo(f *os.File) {
+	var x unix.Statx_t
+	if unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_INO|unix.STATX_BTIME, &x) != nil {
+		return
+	}
+	r := n.r
+	r.swapMu.Lock()
+	defer r.swapMu.Unlock()
+	if old := n.swapped.Swap(x.Ino); old != 0 && r.swaps[old].n == n {
+		delete(r.swaps, old)
+	}
+	if r.swaps == nil {
+		r.swaps = make(map[uint64]swap)
+	}
+	r.swaps[x.Ino] = swap{n: n, btime: x.Btime}
 }
 
 // register wraps an opened backing file as the node's handle; n.mu must
@@ -236,6 +255,7 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 				n.r.undo(p, "")
 				return toErrno(err)
 			}
+			n.swappedTo(nf)
 			nf.Close()
 			in.Valid &^= fuse.FATTR_SIZE
 			orig = &p
@@ -277,12 +297,6 @@ func (n *node) setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	}
 	out.Nlink -= n.r.cmLinks(out.Mode, out.Ino, out.Nlink)
 	return 0
-}
-
-// Tmpfile is refused: an O_TMPFILE file has no path to protect, and the
-// kernel falls back to a named temporary file.
-func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
-	return nil, nil, 0, syscall.EOPNOTSUPP
 }
 
 // file is an open file of the mount. A handle opened for writing journals

@@ -87,11 +87,15 @@ func (r *root) preserveTree(abs, rel string) ([]*journal.Event, []preserved, err
 		}
 		sub, _ := filepath.Rel(abs, p)
 		prel := path.Join(rel, filepath.ToSlash(sub))
+		if r.excluded(prel) {
+			return skip(d) // scratch space was never protected
+		}
 		switch {
 		case d.IsDir():
 			dirs = append(dirs, prel)
 		case d.Type().IsRegular():
-			pr, err := r.preserve(p, byLink)
+			// The file lives on, unprotected, in scratch space: copy it.
+			pr, err := r.preserve(p, byCopy)
 			if err != nil {
 				return err
 			}
@@ -124,6 +128,9 @@ func (r *root) arrivals(abs, rel string) ([]*journal.Event, error) {
 		}
 		sub, _ := filepath.Rel(abs, p)
 		prel := path.Join(rel, filepath.ToSlash(sub))
+		if r.excluded(prel) {
+			return skip(d) // still scratch space
+		}
 		switch {
 		case d.IsDir():
 			events = append(events, dirEvent(true, prel))
@@ -146,3 +153,11 @@ func (r *root) arrivals(abs, rel string) ([]*journal.Event, error) {
 
 // isReg says whether st is a regular file.
 func isReg(st *syscall.Stat_t) bool { return st.Mode&syscall.S_IFMT == syscall.S_IFREG }
+
+// skip leaves an entry out of a walk: a directory with all it holds.
+func skip(d fs.DirEntry) error {
+	if d.IsDir() {
+		return filepath.SkipDir
+	}
+	return nil
+}

@@ -44,6 +44,41 @@ type root struct {
 	gate sync.RWMutex
 
 	sums sumCache
+
+	// swaps maps an inode cmfs swapped in to the node it belongs to.
+	swapMu sync.Mutex
+	swaps  map[uint64]swap
+}
+
+type swap struct {
+	n     *node
+	btime unix.StatxTimestamp // tells the inode from a later one with its number
+}
+
+// swappedNode returns the node an inode at abs was swapped in for, with
+// the inode's attributes, or nil.
+func (r *root) swappedNode(abs string) (*node, *syscall.Stat_t) {
+	r.swapMu.Lock()
+	empty := len(r.swaps) == 0
+	r.swapMu.Unlock()
+	if empty {
+		return nil, nil
+	}
+	var x unix.Statx_t
+	if unix.Statx(unix.AT_FDCWD, abs, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &x) != nil {
+		return nil, nil
+	}
+	r.swapMu.Lock()
+	e, ok := r.swaps[x.Ino]
+	r.swapMu.Unlock()
+	if !ok || e.btime != x.Btime {
+		return nil, nil
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(abs, &st); err != nil || st.Ino != x.Ino {
+		return nil, nil
+	}
+	return e.n, &st
 }
 
 // abs returns the backing path of a mount-relative path.
