@@ -211,7 +211,7 @@ func (t *Table) cells(r *Row) []string {
 	}
 	for _, b := range t.bases() {
 		if ratio, ok := r.Ratio(t.Subject, b); ok {
-			c = append(c, fmt.Sprintf("%.2f", ratio))
+			c = append(c, formatRatio(ratio))
 		} else {
 			c = append(c, "—")
 		}
@@ -232,6 +232,15 @@ func (t *Table) cells(r *Row) []string {
 		goals = []string{"—"}
 	}
 	return append(c, strings.Join(goals, "; "))
+}
+
+// formatRatio keeps two significant digits where two decimals would
+// show a thousandfold slowdown as 0.00.
+func formatRatio(r float64) string {
+	if r < 0.01 {
+		return fmt.Sprintf("%.2g", r)
+	}
+	return fmt.Sprintf("%.2f", r)
 }
 
 // Legend explains how to read the ratios.
