@@ -11,6 +11,12 @@ import (
 // path component.
 var DefaultExcludes = []string{"_temporary", ".hive-staging*", ".spark-staging*", "_SUCCESS", "_started_*", "_committed_*"}
 
+// RestoreStagingPrefix starts the name of the directory `cmfs restore`
+// stages a restored original in, next to its destination. Such a
+// directory is always scratch space, and the rename out of it is
+// journaled as a RESTORE.
+const RestoreStagingPrefix = ".cmfs-restore-"
+
 // Config says what to mount and how.
 type Config struct {
 	// Backing is the directory the mount passes through to.

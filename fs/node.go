@@ -293,6 +293,13 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		if events, err = n.r.arrivals(newAbs, newRel); err != nil {
 			return toErrno(err)
 		}
+		if restoring(oldRel) {
+			for _, e := range events {
+				if e.Type == journal.Insert || e.Type == journal.Write {
+					e.Type = journal.Restore
+				}
+			}
+		}
 		if target != nil && len(events) > 0 {
 			events[0].Files = append(events[0].Files, target.File)
 		}

@@ -86,14 +86,27 @@ func (r *root) abs(rel string) string { return filepath.Join(r.backing, rel) }
 
 // excluded says whether rel lies in engine scratch space.
 func (r *root) excluded(rel string) bool {
-	if len(r.exclude) == 0 || rel == "" {
+	if rel == "" {
 		return false
 	}
 	for _, c := range strings.Split(rel, "/") {
+		if strings.HasPrefix(c, RestoreStagingPrefix) {
+			return true
+		}
 		for _, g := range r.exclude {
 			if ok, _ := path.Match(g, c); ok {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// restoring says whether rel lies in a restore's staging directory.
+func restoring(rel string) bool {
+	for _, c := range strings.Split(rel, "/") {
+		if strings.HasPrefix(c, RestoreStagingPrefix) {
+			return true
 		}
 	}
 	return false

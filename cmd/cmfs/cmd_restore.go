@@ -16,6 +16,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/control"
+	cmfs "github.com/cmfs-project/cmfs/fs"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -307,7 +308,7 @@ func copyVerified(src, dst string, f journal.File) (err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("restore %s: %w", f.Path, err)
 	}
-	staging, err := os.MkdirTemp(dir, ".hive-staging_cmfs_restore_")
+	staging, err := os.MkdirTemp(dir, cmfs.RestoreStagingPrefix)
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", f.Path, err)
 	}
