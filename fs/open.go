@@ -319,6 +319,7 @@ type file struct {
 
 var (
 	_ = (gofs.FileFlusher)((*file)(nil))
+	_ = (gofs.FileFsyncer)((*file)(nil))
 	_ = (gofs.FileReleaser)((*file)(nil))
 	_ = (gofs.FilePassthroughFder)((*file)(nil))
 )
@@ -344,16 +345,11 @@ func (f *file) Flush(ctx context.Context) syscall.Errno {
 	if !live || r.treeLinks(&st) == 0 || r.excluded(rel) {
 		return 0 // no longer in the protected tree: nothing to journal
 	}
-	src := f.f
-	if f.f.Fd() >= 0 && !f.readable {
-		// A write-only descriptor cannot be read back: open the same
-		// inode again for reading, wherever its name is now.
-		var err error
-		if src, err = os.Open(fmt.Sprintf("/proc/self/fd/%d", f.f.Fd())); err != nil {
-			return toErrno(err)
-		}
-		defer src.Close()
+	src, closeSrc, err := f.reader()
+	if err != nil {
+		return toErrno(err)
 	}
+	defer closeSrc()
 	sum, cur, err := r.sumFile(src)
 	if err != nil {
 		return toErrno(err)
@@ -377,6 +373,39 @@ func (f *file) Flush(ctx context.Context) syscall.Errno {
 	}
 	f.orig, f.last, f.synced = nil, statState(cur), true
 	return 0
+}
+
+// Fsync checksums the content while the kernel writes it back, so the
+// close that usually follows finds the checksum cached.
+func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if !f.write || f.excluded {
+		return f.LoopbackFile.Fsync(ctx, flags)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if src, closeSrc, err := f.reader(); err == nil {
+			f.n.r.sumFile(src) // fills the cache; errors surface at flush
+			closeSrc()
+		}
+	}()
+	errno := f.LoopbackFile.Fsync(ctx, flags)
+	<-done
+	return errno
+}
+
+// reader returns a descriptor that reads the handle's inode.
+func (f *file) reader() (*os.File, func(), error) {
+	if f.readable {
+		return f.f, func() {}, nil
+	}
+	// A write-only descriptor cannot be read back: open the same inode
+	// again for reading, wherever its name is now.
+	src, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", f.f.Fd()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return src, func() { src.Close() }, nil
 }
 
 func (f *file) Release(ctx context.Context) syscall.Errno {
