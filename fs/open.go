@@ -85,6 +85,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	}
 	mayReplace := trunc && st.Size > 0 && n.r.tmpDir != ""
 	if mayReplace {
+		// Checksum before taking the gate, so the swap under it finds the
+		// sum cached instead of stalling every release while it reads.
+		n.r.sumPath(abs)
 		// Exclusive against releases: see root.gate.
 		n.r.gate.Lock()
 		defer n.r.gate.Unlock()
@@ -224,6 +227,7 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	fh, _ := f.(*file)
 	mayReplace := fh == nil && size == 0 && n.r.tmpDir != ""
 	if mayReplace {
+		n.r.sumPath(abs) // as in Open
 		n.r.gate.Lock()
 		defer n.r.gate.Unlock()
 	}
