@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/cespare/xxhash/v2"
+	"golang.org/x/sys/unix"
 )
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
@@ -237,6 +238,53 @@ func (s *Store) PreserveCopy(f *os.File) (name, xxh64 string, size int64, create
 }
 
 func (s *Store) preserveCopy(f *os.File) (string, bool, error) {
+	var name string
+	return s.copyFrom(f, &name, func(tmp *os.File) error {
+		n, sum, err := s.copyHashed(tmp, f)
+		name = Name(sum, n)
+		return err
+	})
+}
+
+// PreserveCopyOf is PreserveCopy for a file whose checksum and size the
+// caller knows, and which nothing writes to meanwhile: an existing entry
+// is only refreshed, without reading f, and a new one is copied in the
+// kernel (copy_file_range) without hashing.
+func (s *Store) PreserveCopyOf(f *os.File, xxh64 string, size int64) (name string, created bool, err error) {
+	name = Name(xxh64, size)
+	if _, _, ok := ParseName(name); !ok {
+		return "", false, fmt.Errorf("preserve %s: bad checksum %q", f.Name(), xxh64)
+	}
+	m := s.stripe(name)
+	m.Lock()
+	r, err := s.get(name)
+	m.Unlock()
+	if err == nil && r != nil {
+		return name, false, s.refresh(name, "", false)
+	}
+	named := name
+	name, created, err = s.copyFrom(f, &named, func(tmp *os.File) error {
+		var off int64
+		for off < size {
+			n, err := unix.CopyFileRange(int(f.Fd()), &off, int(tmp.Fd()), nil, int(min(size-off, 1<<30)), 0)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("copied %d of %d bytes: %w", off, size, io.ErrUnexpectedEOF)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return "", false, fmt.Errorf("preserve %s: %w", f.Name(), err)
+	}
+	return name, created, nil
+}
+
+// copyFrom fills a temporary file with fill, which sets *name, and places
+// it as that entry; an entry that exists by then is refreshed instead.
+func (s *Store) copyFrom(f *os.File, name *string, fill func(tmp *os.File) error) (string, bool, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return "", false, err
@@ -244,7 +292,6 @@ func (s *Store) preserveCopy(f *os.File) (string, bool, error) {
 	if !fi.Mode().IsRegular() {
 		return "", false, fmt.Errorf("not a regular file (%v)", fi.Mode().Type())
 	}
-	var name string
 	var mu interface{ Unlock() }
 	defer func() {
 		if mu != nil {
@@ -252,17 +299,12 @@ func (s *Store) preserveCopy(f *os.File) (string, bool, error) {
 		}
 	}()
 	exists := false
-	err = writeDurable(s.tmpPath(), fi.Mode().Perm(), s.sync,
-		func(tmp *os.File) error {
-			n, sum, err := s.copyHashed(tmp, f)
-			name = Name(sum, n)
-			return err
-		},
+	err = writeDurable(s.tmpPath(), fi.Mode().Perm(), s.sync, fill,
 		func(tmp string) (string, error) {
-			m := s.stripe(name)
+			m := s.stripe(*name)
 			m.Lock()
 			mu = m
-			dst := s.Path(name)
+			dst := s.Path(*name)
 			err := s.sys.rename(tmp, dst)
 			if errors.Is(err, syscall.EEXIST) {
 				exists = true
@@ -270,24 +312,24 @@ func (s *Store) preserveCopy(f *os.File) (string, bool, error) {
 			return dst, err
 		})
 	if exists {
-		return name, false, s.refresh(name, "", false)
+		return *name, false, s.refresh(*name, "", false)
 	}
 	if err != nil {
 		return "", false, err
 	}
-	dst := s.Path(name)
+	dst := s.Path(*name)
 	efi, err := os.Lstat(dst)
 	if err == nil {
 		r := statRecord(efi)
 		r.shared = false
 		r.preserved = s.sys.now().UnixNano()
 		r.refreshed = r.preserved
-		err = s.put(name, &r)
+		err = s.put(*name, &r)
 	}
 	if err != nil {
 		return "", false, errors.Join(err, os.Remove(dst))
 	}
-	return name, true, nil
+	return *name, true, nil
 }
 
 // Drop removes an entry made by a Preserve that is being undone. Only drop

@@ -941,3 +941,38 @@ func TestClosed(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+func TestPreserveCopyOf(t *testing.T) {
+	s := newTestStore(t)
+	dir := t.TempDir()
+	content := bytes.Repeat([]byte("warehouse bytes "), 100000)
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, content, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sum := SumOf(content)
+	name, created, err := s.PreserveCopyOf(f, sum, int64(len(content)))
+	if err != nil || !created || name != Name(sum, int64(len(content))) {
+		t.Fatalf("PreserveCopyOf = %q %v %v", name, created, err)
+	}
+	got, err := os.ReadFile(s.Path(name))
+	if err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("entry content differs from the original (err %v)", err)
+	}
+	if s.Links(inode(t, p)) != 0 {
+		t.Fatal("a copy shares the original's inode")
+	}
+	// The same content again: refreshed, not copied.
+	name2, created, err := s.PreserveCopyOf(f, sum, int64(len(content)))
+	if err != nil || created || name2 != name {
+		t.Fatalf("second PreserveCopyOf = %q %v %v, want %q false nil", name2, created, err, name)
+	}
+	if _, _, err := s.PreserveCopyOf(f, "not-a-sum", 3); err == nil {
+		t.Fatal("PreserveCopyOf accepted a malformed checksum")
+	}
+}

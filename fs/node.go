@@ -204,14 +204,16 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	// The entry must never be an inode the tree can still change: a file
 	// with other links, or open for writing, is copied.
 	h := byMove
-	if (ch != nil && ch.writers > 0) || n.r.treeLinks(&st) > 1 {
+	if ch != nil && ch.writers > 0 {
 		h = byCopy
+	} else if n.r.treeLinks(&st) > 1 {
+		h = byCopyIdle
 	}
 	orig, err := n.r.preserve(abs, h)
 	if err != nil {
 		return toErrno(err)
 	}
-	if h == byCopy {
+	if h != byMove {
 		if err := syscall.Unlink(abs); err != nil {
 			n.r.undo(orig, "")
 			return toErrno(err)
@@ -266,8 +268,10 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 			defer ch.mu.Unlock()
 		}
 		h := byLink
-		if (ch != nil && ch.writers > 0) || n.r.treeLinks(&tst) > 1 {
+		if ch != nil && ch.writers > 0 {
 			h = byCopy
+		} else if n.r.treeLinks(&tst) > 1 {
+			h = byCopyIdle
 		}
 		p, err := n.r.preserve(newAbs, h)
 		if err != nil {

@@ -123,7 +123,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		} else {
 			// Other handles or links must see the truncation: copy, then
 			// truncate in place.
-			if orig, err = n.r.preserve(abs, byCopy); err != nil {
+			if orig, err = n.r.preserve(abs, n.copying(0)); err != nil {
 				return nil, 0, toErrno(err)
 			}
 			if f, err = os.OpenFile(abs, int(flags)|syscall.O_NOFOLLOW, 0); err != nil {
@@ -142,7 +142,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 
 	// An in-place update: with passthrough the writes never reach us, so
 	// the original is copied now, before the kernel has the file.
-	orig, err := n.r.preserve(abs, byCopy)
+	orig, err := n.r.preserve(abs, n.copying(0))
 	if err != nil {
 		return nil, 0, toErrno(err)
 	}
@@ -177,6 +177,16 @@ func (r *root) replace(abs string, st *syscall.Stat_t, flags uint32) (*os.File, 
 		return nil, err
 	}
 	return f, nil
+}
+
+// copying says how to copy the node's original: self of its writers are
+// the caller's own, blocked in this operation; any other may be writing.
+// n.mu must be held.
+func (n *node) copying(self int) how {
+	if n.writers > self {
+		return byCopy
+	}
+	return byCopyIdle
 }
 
 // swappedTo records that the node's name now holds the inode open as f.
@@ -264,7 +274,11 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 			in.Valid &^= fuse.FATTR_SIZE
 			orig = &p
 		} else {
-			p, err := n.r.preserve(abs, byCopy)
+			self := 0
+			if fh != nil && fh.write {
+				self = 1
+			}
+			p, err := n.r.preserve(abs, n.copying(self))
 			if err != nil {
 				return toErrno(err)
 			}

@@ -18,6 +18,7 @@ const (
 	byMove how = iota // the path goes away (unlink)
 	byLink            // the path stays and will be replaced (rename over, O_TRUNC swap)
 	byCopy            // the path stays and will be changed in place, or is still being written
+	byCopyIdle        // as byCopy, and nothing writes to the file meanwhile: a cached checksum holds
 )
 
 // preserved is an original kept in cmroot; File.Path is filled by the caller.
@@ -29,12 +30,22 @@ type preserved struct {
 
 // preserve keeps the regular file at abs in cmroot.
 func (r *root) preserve(abs string, h how) (preserved, error) {
-	if h == byCopy {
+	if h == byCopy || h == byCopyIdle {
 		f, err := os.Open(abs)
 		if err != nil {
 			return preserved{}, err
 		}
 		defer f.Close()
+		var st syscall.Stat_t
+		if h == byCopyIdle && syscall.Fstat(int(f.Fd()), &st) == nil {
+			if sum, ok := r.sums.get(statState(&st)); ok {
+				name, created, err := r.cm.PreserveCopyOf(f, sum, st.Size)
+				if err != nil {
+					return preserved{}, err
+				}
+				return preserved{File: journal.File{Size: st.Size, XXH64: sum, CM: name}, created: created}, nil
+			}
+		}
 		name, sum, size, created, err := r.cm.PreserveCopy(f)
 		if err != nil {
 			return preserved{}, err
