@@ -15,10 +15,10 @@ import (
 type how int
 
 const (
-	byMove how = iota // the path goes away (unlink)
-	byLink            // the path stays and will be replaced (rename over, O_TRUNC swap)
-	byCopy            // the path stays and will be changed in place, or is still being written
-	byCopyIdle        // as byCopy, and nothing writes to the file meanwhile: a cached checksum holds
+	byMove     how = iota // the path goes away (unlink)
+	byLink                // the path stays and will be replaced (rename over, O_TRUNC swap)
+	byCopy                // the path stays and will be changed in place, or is still being written
+	byCopyIdle            // as byCopy, and nothing writes to the file meanwhile: a cached checksum holds
 )
 
 // preserved is an original kept in cmroot; File.Path is filled by the caller.
