@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/cmfs-project/cmfs/journal"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -152,6 +153,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if n.r.isHidden(rel) {
 		return nil, syscall.EPERM
 	}
+	if errno := n.r.journalable(rel); errno != 0 {
+		return nil, errno
+	}
 	ch, errno := n.LoopbackNode.Mkdir(ctx, name, mode, out)
 	if errno != 0 || n.r.excluded(rel) {
 		return ch, errno
@@ -168,6 +172,9 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if n.r.isHidden(rel) {
 		return syscall.ENOENT
 	}
+	if errno := n.r.journalable(rel); errno != 0 {
+		return errno
+	}
 	if err := syscall.Rmdir(abs); err != nil {
 		return toErrno(err)
 	}
@@ -181,6 +188,9 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	rel, abs := n.child(name)
 	if n.r.isHidden(rel) {
 		return syscall.ENOENT
+	}
+	if errno := n.r.journalable(rel); errno != 0 {
+		return errno
 	}
 	if n.r.excluded(rel) {
 		return toErrno(syscall.Unlink(abs))
@@ -236,6 +246,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	newRel, newAbs := np.child(newName)
 	if n.r.isHidden(oldRel) || n.r.isHidden(newRel) {
 		return syscall.EPERM
+	}
+	if errno := n.r.journalable(oldRel, newRel); errno != 0 {
+		return errno
 	}
 	oldEx, newEx := n.r.excluded(oldRel), n.r.excluded(newRel)
 
@@ -355,6 +368,9 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if n.r.isHidden(rel) {
 		return nil, syscall.EPERM
 	}
+	if errno := n.r.journalable(rel); errno != 0 {
+		return nil, errno
+	}
 	tn, ok := target.(*node)
 	if !ok {
 		return nil, syscall.EXDEV
@@ -363,6 +379,9 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if !live {
 		// An O_TMPFILE file or an unlinked one: LINK names no path.
 		return nil, syscall.EXDEV
+	}
+	if !n.r.excluded(rel) && !utf8.ValidString(trel) {
+		return nil, syscall.EILSEQ
 	}
 	if err := syscall.Link(n.r.abs(trel), abs); err != nil {
 		return nil, toErrno(err)
@@ -399,6 +418,12 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	rel, abs := n.child(name)
 	if n.r.isHidden(rel) {
 		return nil, syscall.EPERM
+	}
+	if errno := n.r.journalable(rel); errno != 0 {
+		return nil, errno
+	}
+	if !utf8.ValidString(target) && !n.r.excluded(rel) {
+		return nil, syscall.EILSEQ
 	}
 	ch, errno := n.LoopbackNode.Symlink(ctx, target, name, out)
 	if errno != 0 || n.r.excluded(rel) {

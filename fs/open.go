@@ -20,6 +20,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if n.r.isHidden(rel) {
 		return nil, nil, 0, syscall.EPERM
 	}
+	if errno := n.r.journalable(rel); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	flags &^= syscall.O_APPEND
 	f, err := os.OpenFile(abs, int(flags)|os.O_CREATE|os.O_EXCL, os.FileMode(mode))
 	if err != nil {
@@ -79,6 +82,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		return n.register(f, write, n.r.excluded(rel), false, nil), 0, 0
 	}
 
+	if errno := n.r.journalable(rel); errno != 0 {
+		return nil, 0, errno
+	}
 	var st syscall.Stat_t
 	if err := syscall.Lstat(abs, &st); err != nil {
 		return nil, 0, toErrno(err)
@@ -232,6 +238,9 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	rel, live := n.rel()
 	if !ok || !live || n.r.excluded(rel) {
 		return n.setattr(ctx, f, in, out)
+	}
+	if errno := n.r.journalable(rel); errno != 0 {
+		return errno
 	}
 	abs := n.r.abs(rel)
 	fh, _ := f.(*file)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/cmfs-project/cmfs/cmroot"
@@ -110,6 +111,19 @@ func restoring(rel string) bool {
 		}
 	}
 	return false
+}
+
+// journalable refuses, with EILSEQ, a change the journal could not record:
+// events carry names as UTF-8 text, and a replica needs the exact name.
+// Scratch space is not journaled and takes any name. As on filesystems that
+// enforce UTF-8 names, the refusal comes before anything changes.
+func (r *root) journalable(paths ...string) syscall.Errno {
+	for _, p := range paths {
+		if !utf8.ValidString(p) && !r.excluded(p) {
+			return syscall.EILSEQ
+		}
+	}
+	return 0
 }
 
 // isHidden says whether rel is the state directory or cmroot.
