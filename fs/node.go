@@ -83,6 +83,29 @@ func (n *node) child(name string) (rel, abs string) {
 	return rel, n.r.abs(rel)
 }
 
+// lockChild returns the node go-fuse holds for name, locked, or nil.
+func (n *node) lockChild(name string) *node {
+	ch := n.childNode(name)
+	if ch != nil {
+		ch.mu.Lock()
+	}
+	return ch
+}
+
+// leaving says how to preserve the file st, whose node (locked, or nil)
+// is ch, as its name goes away: by h, unless the inode can still change
+// after — it is open for writing, or has other links — and a cmroot entry
+// must never be such an inode: then by copy.
+func (r *root) leaving(ch *node, st *syscall.Stat_t, h how) how {
+	switch {
+	case ch != nil && ch.writers > 0:
+		return byCopy
+	case r.treeLinks(st) > 1:
+		return byCopyIdle
+	}
+	return h
+}
+
 // childNode returns the node go-fuse holds for name, if any.
 func (n *node) childNode(name string) *node {
 	if ch := n.GetChild(name); ch != nil {
@@ -205,20 +228,11 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		}
 		return toErrno(n.r.emit(ctx, fileEvent(journal.Delete, rel)))
 	}
-	// An open writer would keep writing into a moved original: copy it.
-	ch := n.childNode(name)
+	ch := n.lockChild(name)
 	if ch != nil {
-		ch.mu.Lock()
 		defer ch.mu.Unlock()
 	}
-	// The entry must never be an inode the tree can still change: a file
-	// with other links, or open for writing, is copied.
-	h := byMove
-	if ch != nil && ch.writers > 0 {
-		h = byCopy
-	} else if n.r.treeLinks(&st) > 1 {
-		h = byCopyIdle
-	}
+	h := n.r.leaving(ch, &st, byMove)
 	orig, err := n.r.preserve(abs, h)
 	if err != nil {
 		return toErrno(err)
@@ -275,18 +289,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	var target *preserved
 	if flags&unix.RENAME_NOREPLACE == 0 && flags&unix.RENAME_EXCHANGE == 0 && !newEx &&
 		targetExists && isReg(&tst) && src.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		ch := np.childNode(newName)
+		ch := np.lockChild(newName)
 		if ch != nil {
-			ch.mu.Lock()
 			defer ch.mu.Unlock()
 		}
-		h := byLink
-		if ch != nil && ch.writers > 0 {
-			h = byCopy
-		} else if n.r.treeLinks(&tst) > 1 {
-			h = byCopyIdle
-		}
-		p, err := n.r.preserve(newAbs, h)
+		p, err := n.r.preserve(newAbs, n.r.leaving(ch, &tst, byLink))
 		if err != nil {
 			n.r.undoAll(kept)
 			return toErrno(err)

@@ -92,15 +92,7 @@ func (r *root) preserveTree(abs, rel string) ([]*journal.Event, []preserved, err
 	var events []*journal.Event
 	var kept []preserved
 	var dirs []string
-	err := filepath.WalkDir(abs, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		sub, _ := filepath.Rel(abs, p)
-		prel := path.Join(rel, filepath.ToSlash(sub))
-		if r.excluded(prel) {
-			return skip(d) // scratch space was never protected
-		}
+	err := r.walk(abs, rel, func(p, prel string, d fs.DirEntry) error {
 		switch {
 		case d.IsDir():
 			dirs = append(dirs, prel)
@@ -133,15 +125,7 @@ func (r *root) preserveTree(abs, rel string) ([]*journal.Event, []preserved, err
 // new to the protected tree.
 func (r *root) arrivals(abs, rel string) ([]*journal.Event, error) {
 	var events []*journal.Event
-	err := filepath.WalkDir(abs, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		sub, _ := filepath.Rel(abs, p)
-		prel := path.Join(rel, filepath.ToSlash(sub))
-		if r.excluded(prel) {
-			return skip(d) // still scratch space
-		}
+	err := r.walk(abs, rel, func(p, prel string, d fs.DirEntry) error {
 		switch {
 		case d.IsDir():
 			events = append(events, dirEvent(true, prel))
@@ -162,13 +146,24 @@ func (r *root) arrivals(abs, rel string) ([]*journal.Event, error) {
 	return events, err
 }
 
+// walk calls fn for abs (mount-relative rel) and everything below it,
+// leaving out scratch space.
+func (r *root) walk(abs, rel string, fn func(p, prel string, d fs.DirEntry) error) error {
+	return filepath.WalkDir(abs, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		sub, _ := filepath.Rel(abs, p)
+		prel := path.Join(rel, filepath.ToSlash(sub))
+		if r.excluded(prel) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		return fn(p, prel, d)
+	})
+}
+
 // isReg says whether st is a regular file.
 func isReg(st *syscall.Stat_t) bool { return st.Mode&syscall.S_IFMT == syscall.S_IFREG }
-
-// skip leaves an entry out of a walk: a directory with all it holds.
-func skip(d fs.DirEntry) error {
-	if d.IsDir() {
-		return filepath.SkipDir
-	}
-	return nil
-}
