@@ -1,0 +1,48 @@
+// Package source is replicad's source service (`replicad serve`): a gRPC
+// service next to a cmfs mount through which a destination reads the
+// source's files and journal. Data moves once: a file is streamed from the
+// live warehouse tree while it still holds the content asked for, else
+// from cmroot, where cmfs preserved it.
+//
+// # Files
+//
+// ReadFile names a file by its path relative to the warehouse root
+// (Config.Backing), its size and its xxh64. The server serves the live
+// file when its size matches, hashing it as it streams, and sends the
+// xxh64 of what it sent in the last chunk; when the size differs, or the
+// client asks with prefer_cmroot, it serves the cmroot entry
+// "<xxh64>-<size>" instead. The client (Client.Fetch) computes the xxh64
+// of what it receives: a live file whose bytes turned out different (same
+// size, new content) is discarded and asked for again from cmroot, so a
+// Fetch yields only the content asked for or fails.
+//
+// What is served: regular files inside the warehouse root, and cmroot
+// entries named by checksum — nothing else. Refused: a path that is
+// absolute, has a ".." element or a NUL (ErrInvalid); a path that leads
+// outside the warehouse root through a symlink, and anything in the state
+// directory (Backing/.cmfs, Config.State, Config.CMRoot), also when a
+// symlink leads there (ErrRefused). Files are opened through an os.Root on
+// the warehouse root, which follows a symlink only when it stays inside
+// the root: a relative symlink to a file inside the warehouse is served (a
+// destination sees the same bytes a reader of the source does), an
+// absolute symlink is always refused, even one that points inside. The
+// state directory check is made on the file actually opened (its path in
+// /proc/self/fd), so a symlink swapped in after the check cannot lead
+// there either.
+//
+// # Events
+//
+// Events relays the journal. While a mount answers on the state's control
+// socket, events come from it (the mount holds the journal's lock);
+// otherwise the journal is read read-only. A following stream switches
+// between the two when a mount starts or stops under it, without losing
+// or repeating an event.
+//
+// # Transport
+//
+// Without TLS the service binds, and the client connects to, loopback
+// addresses only (ErrInsecure); mTLS comes with the containers issue.
+// Errors cross the wire as gRPC status codes, translated in one place on
+// each side (toStatus, fromStatus), so errors.Is works on the client with
+// the sentinels below.
+package source

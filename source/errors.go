@@ -1,0 +1,116 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+// Errors returned by the package, on the server and, through the status
+// codes, on the client: a client error wraps the sentinel the server's
+// error wrapped.
+var (
+	// ErrNotFound is returned by ReadFile and Fetch when neither the path
+	// nor cmroot holds the content asked for.
+	ErrNotFound = errors.New("source: not found")
+	// ErrInvalid is returned for a malformed request: a bad checksum or
+	// size, an absolute path, a ".." element, a NUL, an empty range.
+	ErrInvalid = errors.New("source: invalid request")
+	// ErrRefused is returned for a path the service never serves: one
+	// that leads outside the warehouse root, or into the state directory.
+	ErrRefused = errors.New("source: refused")
+	// ErrMismatch is returned by a Fetch reader at EOF when the bytes
+	// received do not have the xxh64 asked for, even from cmroot.
+	ErrMismatch = errors.New("source: checksum mismatch")
+	// ErrUnavailable is returned when the journal cannot be read: held by
+	// a mount whose control socket does not answer, or the server is
+	// going away.
+	ErrUnavailable = errors.New("source: unavailable")
+	// ErrInsecure is wrapped when ListenAndServe or Dial is given a
+	// non-loopback address: without TLS only loopback is allowed.
+	ErrInsecure = errors.New("source: non-loopback address without TLS")
+)
+
+// insecureError keeps the message the operator reads free of the
+// sentinel's text.
+type insecureError struct{ op, addr string }
+
+func (e *insecureError) Error() string {
+	return fmt.Sprintf("refusing to %s %s without TLS; mTLS comes with containers — use 127.0.0.1", e.op, e.addr)
+}
+
+func (e *insecureError) Unwrap() error { return ErrInsecure }
+
+// toStatus translates an error into the gRPC status the client sees. It
+// is the only place server errors are mapped.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, ErrInvalid):
+		code = codes.InvalidArgument
+	case errors.Is(err, ErrRefused):
+		code = codes.PermissionDenied
+	case errors.Is(err, ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, journal.ErrCorrupt):
+		code = codes.DataLoss
+	case errors.Is(err, ErrUnavailable), errors.Is(err, journal.ErrLocked), errors.Is(err, journal.ErrClosed):
+		code = codes.Unavailable
+	}
+	return status.Error(code, err.Error())
+}
+
+// remoteError is a server error as the client sees it: the server's
+// message, unwrapping to the sentinel its code stands for.
+type remoteError struct {
+	msg  string
+	base error
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.base }
+
+// fromStatus turns a gRPC error back into an error that wraps the
+// package's sentinels. It is the only place client errors are mapped.
+func fromStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	var base error
+	switch st.Code() {
+	case codes.Canceled:
+		base = context.Canceled
+	case codes.DeadlineExceeded:
+		base = context.DeadlineExceeded
+	case codes.InvalidArgument:
+		base = ErrInvalid
+	case codes.PermissionDenied:
+		base = ErrRefused
+	case codes.NotFound:
+		base = ErrNotFound
+	case codes.DataLoss:
+		base = journal.ErrCorrupt
+	case codes.Unavailable:
+		base = ErrUnavailable
+	}
+	return &remoteError{msg: st.Message(), base: base}
+}

@@ -1,0 +1,213 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/cmfs-project/cmfs/api/replpb"
+	"github.com/cmfs-project/cmfs/control"
+	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+// Retrying while the journal is locked and the control socket does not
+// answer (a mount starting or stopping): every retryMin, up to retryMax
+// apart, and for a call that does not follow at most retryFor in all.
+const (
+	retryMin = 50 * time.Millisecond
+	retryMax = time.Second
+	retryFor = 5 * time.Second
+)
+
+// probeTimeout bounds asking the control socket whether a mount answers.
+const probeTimeout = 2 * time.Second
+
+var (
+	// errNoMount: no mount answers on the control socket.
+	errNoMount = errors.New("no mount answers")
+	// errRetry: the journal is locked by a mount whose socket did not
+	// answer (yet), or it does not exist yet while following.
+	errRetry = errors.New("journal busy")
+)
+
+// fnError marks an error of the caller's fn, which ends a walk as it is.
+type fnError struct{ err error }
+
+func (e *fnError) Error() string { return e.err.Error() }
+func (e *fnError) Unwrap() error { return e.err }
+
+// Events implements replpb.SourceServer.
+func (s *Server) Events(req *replpb.EventsRequest, stream grpc.ServerStreamingServer[replpb.Event]) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	defer context.AfterFunc(s.life, cancel)()
+	err := s.walk(ctx, req.From, req.To, req.Follow, func(e *journal.Event) error {
+		return stream.Send(eventToProto(e))
+	})
+	if err != nil && s.life.Err() != nil && stream.Context().Err() == nil {
+		// The server is going away, not the client: end the stream cleanly.
+		return nil
+	}
+	return toStatus(err)
+}
+
+// Status implements replpb.SourceServer.
+func (s *Server) Status(ctx context.Context, _ *replpb.StatusRequest) (*replpb.StatusResponse, error) {
+	last, mounted, err := s.last(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &replpb.StatusResponse{
+		SourceId:    s.cfg.SourceID,
+		LastEventId: last,
+		Backing:     s.cfg.Backing,
+		Mounted:     mounted,
+	}, nil
+}
+
+func (s *Server) socket() string      { return filepath.Join(s.cfg.State, cmfs.SocketFile) }
+func (s *Server) journalPath() string { return filepath.Join(s.cfg.State, cmfs.JournalFile) }
+
+// last returns the newest event id, from the mount when one answers.
+func (s *Server) last(ctx context.Context) (last uint64, mounted bool, err error) {
+	for wait, start := retryMin, time.Now(); ; wait = min(2*wait, retryMax) {
+		if c, err := control.Dial(s.socket()); err == nil {
+			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			st, err := c.Status(pctx)
+			cancel()
+			c.Close()
+			if err == nil {
+				return st.LastEventID, true, nil
+			}
+		}
+		j, err := journal.Open(s.journalPath(), journal.Options{ReadOnly: true, LockTimeout: time.Second})
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return 0, false, nil // never mounted: nothing journaled yet
+		case err == nil:
+			last := j.Last()
+			return last, false, j.Close()
+		case !errors.Is(err, journal.ErrLocked) || time.Since(start) > retryFor:
+			return 0, false, s.lockedErr(err)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return 0, false, err
+		}
+	}
+}
+
+func (s *Server) lockedErr(err error) error {
+	if errors.Is(err, journal.ErrLocked) {
+		return fmt.Errorf("journal %s is held by a mount whose control socket does not answer: %w", s.journalPath(), ErrUnavailable)
+	}
+	return err
+}
+
+// walk calls fn for every event with from <= id <= to (to 0: up to the
+// newest), and with follow for every new one until to is reached or ctx
+// ends. It reads from the mount while one answers and from the journal
+// otherwise, switching when a mount starts or stops, so each id is given
+// to fn once, in order.
+func (s *Server) walk(ctx context.Context, from, to uint64, follow bool, fn func(*journal.Event) error) error {
+	next := max(from, 1)
+	if to != 0 && to < next {
+		return fmt.Errorf("range from %d to %d is empty: %w", from, to, ErrInvalid)
+	}
+	track := func(e *journal.Event) error {
+		if e.ID < next {
+			return nil // delivered by the other source already
+		}
+		if err := fn(e); err != nil {
+			return &fnError{err}
+		}
+		next = e.ID + 1
+		return nil
+	}
+	start, wait := time.Now(), retryMin
+	for {
+		before := next
+		err := s.walkMount(ctx, next, to, follow, track)
+		if errors.Is(err, errNoMount) {
+			err = s.walkJournal(ctx, next, to, follow, track)
+		}
+		var fe *fnError
+		switch {
+		case errors.As(err, &fe):
+			return fe.err
+		case err == nil && (!follow || (to != 0 && next > to)):
+			return nil
+		case err != nil && !errors.Is(err, errRetry):
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		// A mount stopped under a follow (nil), or the journal is locked
+		// by a mount whose socket is not up (errRetry): go round again.
+		if next != before {
+			start, wait = time.Now(), retryMin
+		}
+		if !follow && time.Since(start) > retryFor {
+			return s.lockedErr(journal.ErrLocked)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+		wait = min(2*wait, retryMax)
+	}
+}
+
+// walkMount relays events from the mount's control socket; errNoMount
+// when none answers (or it stopped answering).
+func (s *Server) walkMount(ctx context.Context, from, to uint64, follow bool, fn func(*journal.Event) error) error {
+	c, err := control.Dial(s.socket())
+	if err != nil {
+		return errNoMount
+	}
+	defer c.Close()
+	err = c.Events(ctx, from, to, follow, func(e journal.Event) error { return fn(&e) })
+	var fe *fnError
+	if err != nil && !errors.As(err, &fe) && ctx.Err() == nil && errors.Is(err, control.ErrUnavailable) {
+		return errNoMount
+	}
+	return err
+}
+
+// walkJournal reads the journal read-only; errRetry when a mount holds
+// it, or while following one that does not exist yet.
+func (s *Server) walkJournal(ctx context.Context, from, to uint64, follow bool, fn func(*journal.Event) error) error {
+	j, err := journal.Open(s.journalPath(), journal.Options{ReadOnly: true, LockTimeout: time.Second})
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !follow:
+		return nil // never mounted: nothing journaled yet
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, journal.ErrLocked):
+		return errRetry
+	case err != nil:
+		return err
+	}
+	defer j.Close()
+	err = control.Walk(ctx, j, from, to, follow, fn)
+	var fe *fnError
+	if !errors.As(err, &fe) && errors.Is(err, journal.ErrLocked) {
+		return errRetry
+	}
+	return err
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

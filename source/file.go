@@ -1,0 +1,231 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/cespare/xxhash/v2"
+	"google.golang.org/grpc"
+
+	"github.com/cmfs-project/cmfs/api/replpb"
+	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+// chunkSize is how many bytes one Chunk carries.
+const chunkSize = 1 << 20
+
+// Where the bytes of a ReadFile come from (Chunk.from).
+const (
+	fromLive   = "live"
+	fromCMRoot = "cmroot"
+)
+
+// ReadFile implements replpb.SourceServer.
+func (s *Server) ReadFile(req *replpb.ReadFileRequest, stream grpc.ServerStreamingServer[replpb.Chunk]) error {
+	return toStatus(s.readFile(stream.Context(), req, stream.Send))
+}
+
+// readFile sends the file req names: the live one when its size matches
+// and the client did not ask for cmroot, else the cmroot entry.
+func (s *Server) readFile(ctx context.Context, req *replpb.ReadFileRequest, send func(*replpb.Chunk) error) error {
+	rel, err := checkRequest(req)
+	if err != nil {
+		return err
+	}
+	if rel != "" && !req.PreferCmroot {
+		f, err := s.openLive(rel, req.Size)
+		if err != nil {
+			return err
+		}
+		if f != nil {
+			defer f.Close()
+			return sendFile(ctx, f, req.Size, fromLive, send)
+		}
+	}
+	name := cmroot.Name(req.Xxh64, req.Size)
+	f, err := openEntry(filepath.Join(s.cfg.CMRoot, name[:2], name))
+	if errors.Is(err, fs.ErrNotExist) {
+		switch {
+		case rel == "":
+			return fmt.Errorf("no cmroot entry %s: %w", name, ErrNotFound)
+		case req.PreferCmroot:
+			return fmt.Errorf("no copy of %s with xxh64 %s (size %d): the file at the path has changed, not in cmroot: %w", rel, req.Xxh64, req.Size, ErrNotFound)
+		}
+		return fmt.Errorf("no copy of %s with xxh64 %s (size %d): not at the path, not in cmroot: %w", rel, req.Xxh64, req.Size, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("cmroot entry %s: %w", name, err)
+	}
+	defer f.Close()
+	return sendFile(ctx, f, req.Size, fromCMRoot, send)
+}
+
+// checkRequest validates req and returns its path, cleaned ("" for none).
+func checkRequest(req *replpb.ReadFileRequest) (string, error) {
+	if !validSum(req.Xxh64) {
+		return "", fmt.Errorf("xxh64 %q: want 16 lowercase hex digits: %w", req.Xxh64, ErrInvalid)
+	}
+	if req.Size < 0 {
+		return "", fmt.Errorf("size %d: negative: %w", req.Size, ErrInvalid)
+	}
+	if req.Cm != "" && req.Cm != cmroot.Name(req.Xxh64, req.Size) {
+		return "", fmt.Errorf("cmroot name %q does not name xxh64 %s size %d: %w", req.Cm, req.Xxh64, req.Size, ErrInvalid)
+	}
+	p := req.Path
+	switch {
+	case strings.ContainsRune(p, 0):
+		return "", fmt.Errorf("path %s contains a NUL: %w", strconv.Quote(p), ErrInvalid)
+	case strings.HasPrefix(p, "/"):
+		return "", fmt.Errorf("path %q is absolute, want one relative to the warehouse root: %w", p, ErrInvalid)
+	}
+	for _, el := range strings.Split(p, "/") {
+		if el == ".." {
+			return "", fmt.Errorf("path %q has a \"..\" element: %w", p, ErrInvalid)
+		}
+	}
+	if p = path.Clean(p); p == "." {
+		p = ""
+	}
+	return p, nil
+}
+
+func validSum(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// openLive opens the regular file at rel inside the warehouse root. It
+// returns nil (and no error) when no file of that size is there, so the
+// caller goes to cmroot.
+func (s *Server) openLive(rel string, size int64) (*os.File, error) {
+	if err := s.checkState(rel, rel); err != nil {
+		return nil, err
+	}
+	// O_NONBLOCK: a FIFO must not hang the call; regular files ignore it.
+	f, err := s.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		var errno syscall.Errno
+		switch {
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+			return nil, nil
+		case !errors.As(err, &errno):
+			// The path is lexically inside the root, so os.Root's only
+			// refusal left is a symlink leading out (or any absolute one).
+			return nil, fmt.Errorf("path %q leads outside the warehouse root through a symlink: %w", rel, ErrRefused)
+		case errno == syscall.ELOOP:
+			return nil, fmt.Errorf("path %q: too many symlinks: %w", rel, ErrRefused)
+		}
+		return nil, fmt.Errorf("open %s: %w", rel, err)
+	}
+	if err := s.checkOpened(f, rel); err != nil {
+		f.Close()
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat %s: %w", rel, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Size() != size {
+		f.Close()
+		return nil, nil
+	}
+	return f, nil
+}
+
+// checkState refuses a path inside a state directory; p is the path to
+// check (relative to the root, or absolute for an opened file).
+func (s *Server) checkState(rel, p string) error {
+	deny := s.denyRel
+	if filepath.IsAbs(p) {
+		deny = s.denyAbs
+	}
+	for _, d := range deny {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return fmt.Errorf("path %q is in the state directory %s, which is never served: %w", rel, s.cfg.State, ErrRefused)
+		}
+	}
+	return nil
+}
+
+// checkOpened refuses an opened file that lies in a state directory, by
+// where the kernel says it is: a symlink inside the root may lead there.
+func (s *Server) checkOpened(f *os.File, rel string) error {
+	if len(s.denyAbs) == 0 {
+		return nil // no state directory inside the root: os.Root keeps them out
+	}
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd())))
+	if err != nil {
+		return fmt.Errorf("path %q: cannot tell where it leads, so not serving it: %w", rel, err)
+	}
+	return s.checkState(rel, p)
+}
+
+// openEntry opens a cmroot entry file, which is never a symlink.
+func openEntry(p string) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file", p)
+	}
+	return f, nil
+}
+
+// sendFile streams up to size bytes of f, each chunk in a fresh buffer
+// (gRPC may hold on to a sent message), then the last chunk with the
+// xxh64 of what was sent. A file that shrank under the read is sent as it
+// is: the checksum tells the client.
+func sendFile(ctx context.Context, f io.Reader, size int64, from string, send func(*replpb.Chunk) error) error {
+	h := xxhash.New()
+	first := true
+	for left := size; left > 0; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		buf := make([]byte, min(chunkSize, left))
+		n, err := io.ReadFull(f, buf)
+		left -= int64(n)
+		if n > 0 {
+			h.Write(buf[:n])
+			c := &replpb.Chunk{Data: buf[:n]}
+			if first {
+				c.From, first = from, false
+			}
+			if err := send(c); err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read %s file: %w", from, err)
+		}
+	}
+	return send(&replpb.Chunk{Eof: true, Xxh64: journal.FormatSum(h.Sum64()), From: from})
+}

@@ -1,0 +1,223 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/cmfs-project/cmfs/api/replpb"
+	cmfs "github.com/cmfs-project/cmfs/fs"
+)
+
+// DefaultAddr is where `replicad serve` listens unless told otherwise.
+const DefaultAddr = "127.0.0.1:9860"
+
+// Config says what a Server serves.
+type Config struct {
+	// Backing is the warehouse root: the directory the mount passes
+	// through to. Files are served from it.
+	Backing string
+	// State is the mount's state directory (journal, control socket).
+	// Default: Backing/.cmfs.
+	State string
+	// CMRoot is the mount's cmroot. Default: State/cmroot.
+	CMRoot string
+	// SourceID names the source in Status (and so in dumps). Default:
+	// "<hostname>:<Backing>".
+	SourceID string
+}
+
+// Server is the Source service. It serves once: Serve or ListenAndServe.
+type Server struct {
+	replpb.UnimplementedSourceServer
+
+	cfg  Config
+	root *os.Root // the warehouse root; every live file is opened through it
+	// denyRel are the state directories inside the warehouse root,
+	// relative to it, and denyAbs the same as absolute, symlink-free paths.
+	denyRel []string
+	denyAbs []string
+	srv     *grpc.Server
+
+	// life ends when Serve stops, so following streams end with it
+	// instead of holding the shutdown up.
+	life context.Context
+	end  context.CancelFunc
+}
+
+// NewServer checks cfg (Backing and State must be existing directories)
+// and returns a server with the Source service registered.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Backing == "" {
+		return nil, fmt.Errorf("source: no warehouse root (Backing) given: %w", ErrInvalid)
+	}
+	backing, err := realDir("warehouse root", cfg.Backing)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Backing = backing
+	if cfg.State == "" {
+		cfg.State = filepath.Join(backing, cmfs.StateDir)
+	}
+	if cfg.State, err = realDir("state directory", cfg.State); err != nil {
+		return nil, err
+	}
+	if cfg.CMRoot == "" {
+		cfg.CMRoot = filepath.Join(cfg.State, cmfs.CMRootDir)
+	}
+	if cfg.CMRoot, err = realPath(cfg.CMRoot); err != nil {
+		return nil, err
+	}
+	if cfg.SourceID == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			host = "localhost"
+		}
+		cfg.SourceID = host + ":" + backing
+	}
+	s := &Server{cfg: cfg}
+	defaultState, err := realPath(filepath.Join(backing, cmfs.StateDir))
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []string{defaultState, cfg.State, cfg.CMRoot} {
+		rel, err := filepath.Rel(backing, d)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+			continue // outside the root: os.Root keeps every request out
+		}
+		if rel == "." {
+			return nil, fmt.Errorf("source: the state directory %s is the warehouse root: %w", d, ErrInvalid)
+		}
+		s.denyRel = append(s.denyRel, filepath.ToSlash(rel))
+		s.denyAbs = append(s.denyAbs, d)
+	}
+	if s.root, err = os.OpenRoot(backing); err != nil {
+		return nil, fmt.Errorf("source: open warehouse root: %w", err)
+	}
+	s.life, s.end = context.WithCancel(context.Background())
+	s.srv = grpc.NewServer()
+	replpb.RegisterSourceServer(s.srv, s)
+	return s, nil
+}
+
+// Config returns the configuration with every default filled in.
+func (s *Server) Config() Config { return s.cfg }
+
+// realDir returns the absolute, symlink-free path of an existing directory.
+func realDir(what, p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("source: %s %s: %w", what, p, err)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("source: %s: %w", what, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("source: %s %s is not a directory", what, p)
+	}
+	return filepath.EvalSymlinks(abs)
+}
+
+// realPath is realDir for a path that may not exist yet (cmroot before
+// the first mount): its symlinks resolved as far as it exists.
+func realPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("source: %s: %w", p, err)
+	}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		return r, nil
+	}
+	dir, err := realPath(filepath.Dir(abs))
+	if err != nil || dir == filepath.Dir(abs) {
+		return abs, nil
+	}
+	return filepath.Join(dir, filepath.Base(abs)), nil
+}
+
+// Serve serves on lis until ctx ends, then stops (following streams end,
+// other calls get a few seconds to finish) and returns nil. It closes lis.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	defer s.root.Close()
+	defer s.end()
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", lis.Addr(), err)
+	case <-ctx.Done():
+	}
+	s.end()
+	stopped := make(chan struct{})
+	go func() {
+		s.srv.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		s.srv.Stop() // a slow reader of a large file; don't hold the exit up
+		<-stopped
+	}
+	<-errc
+	return nil
+}
+
+// ListenAndServe listens on addr, which must be a loopback address (TLS
+// is not there yet), and serves until ctx ends.
+//
+// Errors: ErrInsecure (wrapped) for an address that is, or resolves to,
+// anything but loopback; the listener's error.
+func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	if err := checkLoopback(ctx, "listen on", addr); err != nil {
+		s.root.Close()
+		return err
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		s.root.Close()
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	return s.Serve(ctx, lis)
+}
+
+// checkLoopback refuses an address that is not loopback: a missing host
+// (every interface), an address that is not loopback, a name that
+// resolves to one.
+func checkLoopback(ctx context.Context, op, addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("address %q: %v: %w", addr, err, ErrInvalid)
+	}
+	if host == "" {
+		return &insecureError{op: op, addr: addr}
+	}
+	var ips []net.IP
+	if ip := net.ParseIP(host); ip != nil {
+		ips = []net.IP{ip}
+	} else {
+		addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+		if err != nil {
+			return fmt.Errorf("resolve %s: %w", host, err)
+		}
+		for _, a := range addrs {
+			ips = append(ips, a.IP)
+		}
+	}
+	if len(ips) == 0 {
+		return &insecureError{op: op, addr: addr}
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() {
+			return &insecureError{op: op, addr: addr}
+		}
+	}
+	return nil
+}
