@@ -1,0 +1,359 @@
+package repl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+// loader applies events to a target directory.
+type loader struct {
+	ctx     context.Context
+	target  string
+	staging string
+	fetch   Fetcher
+	prog    Progress
+	res     *LoadResult
+	// fuzzy is set while applying events that may have raced with the
+	// BOOTSTRAP the target started from: content found nowhere is skipped
+	// (a later event brings the right one), and a rename whose two ends
+	// both exist keeps the destination.
+	fuzzy bool
+}
+
+// abs returns the target path of a warehouse-relative path, refusing one
+// that is not clean and relative or that names the target's own state.
+func (l *loader) abs(rel string) (string, error) {
+	if err := checkRel(rel); err != nil {
+		return "", err
+	}
+	if first, _, _ := strings.Cut(rel, "/"); first == stateFile || first == stagingDir {
+		return "", fmt.Errorf("%s is the target's own state: %w", rel, ErrUnsafePath)
+	}
+	return filepath.Join(l.target, filepath.FromSlash(rel)), nil
+}
+
+// parentOK checks that every directory above rel is a real directory, so
+// that no operation on rel passes through a symlink. A missing one is
+// os.ErrNotExist.
+func (l *loader) parentOK(rel string) error {
+	dir := l.target
+	comps := strings.Split(rel, "/")
+	for _, c := range comps[:len(comps)-1] {
+		dir = filepath.Join(dir, c)
+		fi, err := os.Lstat(dir)
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory: %w", dir, ErrUnsafePath)
+		}
+	}
+	return nil
+}
+
+// mkdirs makes the directory rel and its parents, never through a
+// symlink; inside the fuzzy window a non-directory in the way is removed.
+func (l *loader) mkdirs(rel string) error {
+	if _, err := l.abs(rel); err != nil {
+		return err
+	}
+	dir := l.target
+	for _, c := range strings.Split(rel, "/") {
+		dir = filepath.Join(dir, c)
+		fi, err := os.Lstat(dir)
+		if err == nil && fi.IsDir() {
+			continue
+		}
+		if err == nil {
+			if !l.fuzzy {
+				return fmt.Errorf("mkdir %s: a non-directory is in the way: %w", dir, ErrUnsafePath)
+			}
+			if err := os.Remove(dir); err != nil {
+				return err
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply applies one event; adds are its files with new content.
+func (l *loader) apply(e *journal.Event, adds []journal.File) error {
+	trusted := false
+	var err error
+	switch e.Type {
+	case journal.CreateDatabase, journal.CreateTable, journal.AddPartition, journal.Mkdir:
+		err = l.mkdirs(e.Path)
+	case journal.DropDatabase, journal.DropTable, journal.DropPartition, journal.Rmdir, journal.Delete:
+		err = l.remove(e.Path)
+	case journal.Write, journal.Insert, journal.Truncate, journal.Restore:
+	case journal.Rename, journal.RenameDatabase, journal.RenameTable, journal.RenamePartition:
+		trusted, err = l.rename(e, adds)
+	case journal.Link:
+		trusted, err = l.link(e, adds)
+	case journal.Symlink:
+		err = l.symlink(e.Path, e.Target)
+	default:
+		err = fmt.Errorf("unknown event type %q: %w", e.Type, ErrFormat)
+	}
+	if err != nil {
+		return err
+	}
+	for _, f := range adds {
+		if trusted && f.Path == e.NewPath {
+			// Moved into place by the event itself: the content the
+			// target already held. Only a size that disagrees is fetched.
+			if p, err := l.abs(f.Path); err == nil {
+				if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() && fi.Size() == f.Size {
+					continue
+				}
+			}
+		}
+		if err := l.put(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *loader) remove(rel string) error {
+	p, err := l.abs(rel)
+	if err != nil {
+		return err
+	}
+	if err := l.parentOK(rel); errors.Is(err, os.ErrNotExist) {
+		return nil // its directory is gone already
+	} else if err != nil {
+		return err
+	}
+	return os.RemoveAll(p)
+}
+
+// rename reports whether it moved the source into place.
+func (l *loader) rename(e *journal.Event, adds []journal.File) (bool, error) {
+	oldAbs, err := l.abs(e.Path)
+	if err != nil {
+		return false, err
+	}
+	newAbs, err := l.abs(e.NewPath)
+	if err != nil {
+		return false, err
+	}
+	if err := l.parentOK(e.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, err
+	}
+	_, oldErr := os.Lstat(oldAbs)
+	_, newErr := os.Lstat(newAbs)
+	switch {
+	case oldErr == nil && e.Target == "exchange":
+		// Both ends exist before and after an exchange: the content
+		// tells whether it was done already.
+		if len(adds) > 0 && l.holds(adds[0]) {
+			return true, nil
+		}
+		if err := l.parentOK(e.NewPath); err != nil {
+			return false, err
+		}
+		return true, unix.Renameat2(unix.AT_FDCWD, oldAbs, unix.AT_FDCWD, newAbs, unix.RENAME_EXCHANGE)
+	case oldErr == nil:
+		if err := l.mkdirs(path.Dir(e.NewPath)); err != nil && path.Dir(e.NewPath) != "." {
+			return false, err
+		}
+		err := os.Rename(oldAbs, newAbs)
+		if err != nil && l.fuzzy && newErr == nil {
+			// Both ends exist in a tree that raced with the walk: the
+			// destination is the newer state.
+			return false, os.RemoveAll(oldAbs)
+		}
+		return err == nil, err
+	case newErr == nil:
+		return false, nil // renamed already; adds are checked by content
+	case len(adds) > 0 || l.fuzzy:
+		return false, nil // the adds fetch the content
+	}
+	return false, fmt.Errorf("rename %s to %s: neither exists at the target", e.Path, e.NewPath)
+}
+
+// link reports whether it linked the source into place.
+func (l *loader) link(e *journal.Event, adds []journal.File) (bool, error) {
+	oldAbs, err := l.abs(e.Path)
+	if err != nil {
+		return false, err
+	}
+	newAbs, err := l.abs(e.NewPath)
+	if err != nil {
+		return false, err
+	}
+	if _, err := os.Lstat(newAbs); err == nil {
+		return false, nil // linked already; adds are checked by content
+	}
+	if err := l.parentOK(e.Path); err == nil {
+		if _, err := os.Lstat(oldAbs); err == nil {
+			if err := l.mkdirs(path.Dir(e.NewPath)); err != nil && path.Dir(e.NewPath) != "." {
+				return false, err
+			}
+			err := os.Link(oldAbs, newAbs)
+			return err == nil, err
+		}
+	}
+	if len(adds) > 0 || l.fuzzy {
+		return false, nil // a copy, fetched by the adds
+	}
+	return false, fmt.Errorf("link %s to %s: the source is not at the target", e.NewPath, e.Path)
+}
+
+func (l *loader) symlink(rel, target string) error {
+	p, err := l.abs(rel)
+	if err != nil {
+		return err
+	}
+	if t, err := os.Readlink(p); err == nil && t == target {
+		return nil
+	}
+	if dir := path.Dir(rel); dir != "." {
+		if err := l.mkdirs(dir); err != nil {
+			return err
+		}
+	}
+	tmp := filepath.Join(l.staging, "symlink")
+	os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(filepath.Dir(p))
+}
+
+// holds says whether the target already has f's content at f.Path.
+func (l *loader) holds(f journal.File) bool {
+	p, err := l.abs(f.Path)
+	if err != nil || l.parentOK(f.Path) != nil {
+		return false
+	}
+	fi, err := os.Lstat(p)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size {
+		return false
+	}
+	_, sum, err := hashFile(p, make([]byte, 256<<10))
+	return err == nil && sum == f.XXH64
+}
+
+// put makes f.Path hold f's content: skipped if it does already, else
+// fetched into a staging file, verified, and renamed into place.
+func (l *loader) put(f journal.File) error {
+	p, err := l.abs(f.Path)
+	if err != nil {
+		return err
+	}
+	if dir := path.Dir(f.Path); dir != "." {
+		if err := l.mkdirs(dir); err != nil {
+			return err
+		}
+	}
+	if l.holds(f) {
+		return nil
+	}
+	tmp, err := os.CreateTemp(l.staging, "f-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		tmp.Close()
+		os.Remove(tmp.Name())
+	}()
+	if f.Size > 0 {
+		err = l.stage(tmp, f)
+		if f.CM == "" && (errors.Is(err, ErrStale) || errors.Is(err, ErrChecksum)) {
+			// The live file changed: its original is in cmroot by now.
+			retry := f
+			retry.CM = CMName(f)
+			err = l.stage(tmp, retry)
+		}
+		if errors.Is(err, ErrNoCopy) && l.fuzzy {
+			l.res.Missing++
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), p); err != nil {
+		if !l.fuzzy {
+			return err
+		}
+		// A directory where the file goes, in a tree that raced: the file
+		// is the state the event describes.
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp.Name(), p); err != nil {
+			return err
+		}
+	}
+	l.res.Files++
+	l.res.Bytes += f.Size
+	return syncDir(filepath.Dir(p))
+}
+
+// stage copies f's content from the fetcher into tmp, checking size and
+// xxh64 as it streams.
+func (l *loader) stage(tmp *os.File, f journal.File) error {
+	if err := tmp.Truncate(0); err != nil {
+		return err
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	rc, err := l.fetch.Fetch(l.ctx, f)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	h := xxhash.New()
+	w := &countWriter{w: io.MultiWriter(tmp, h), prog: l.prog}
+	n, err := io.Copy(w, io.LimitReader(rc, f.Size+1))
+	if err != nil {
+		return err
+	}
+	if sum := journal.FormatSum(h.Sum64()); n != f.Size || sum != f.XXH64 {
+		return fmt.Errorf("%s: fetched %d bytes with xxh64 %s, want %d bytes with xxh64 %s: %w", f.Path, n, sum, f.Size, f.XXH64, ErrChecksum)
+	}
+	return nil
+}
+
+type countWriter struct {
+	w    io.Writer
+	prog Progress
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if c.prog != nil && n > 0 {
+		c.prog.Bytes(int64(n))
+	}
+	return n, err
+}

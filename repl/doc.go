@@ -1,0 +1,103 @@
+// Package repl turns a cmfs journal into dumps and applies dumps at a
+// destination warehouse (Hive REPL DUMP / REPL LOAD semantics), so that the
+// destination passes through exactly the states the source passed through,
+// and data moves once: a dump lists files, it never holds their bytes.
+//
+// Dump reads events through Events (a local journal.Log, or a relay) and,
+// for a BOOTSTRAP, the current tree through Tree. Load fetches content
+// through Fetcher: from the live path while its checksum still matches,
+// else from cmroot by checksum; every byte is verified before it becomes
+// visible. Nothing here mounts, listens or dials.
+//
+// # Dump layout (version 1)
+//
+//	<dump>/_dumpmetadata   JSON, written first (durably):
+//	                       {"kind":"BOOTSTRAP"|"INCREMENTAL","from":N,"to":M,
+//	                        "source":"<id>","created":"<RFC 3339, ns>","version":1
+//	                        [,"db":"<filter>"][,"table":"<filter>"]}
+//	<dump>/_finished_dump  JSON, written last (durably, after a syncfs of the
+//	                       dump's filesystem): {"to":M[,"walk_end":K]}.
+//	                       A dump without it is incomplete and Load refuses it.
+//	<dump>/_progress       INCREMENTAL, while it is written: the last event id
+//	                       known durable (a decimal and a newline); a rerun
+//	                       resumes after it. Ignored once _finished_dump exists.
+//
+// INCREMENTAL (from >= 1): one directory per event in [from, to], named by
+// its id zero-padded to 20 digits (00000000000000000042), so that names
+// sort in id order. Each is written under a ".tmp-" name and renamed, so a
+// directory with an event's name is whole:
+//
+//	<id>/_metadata   the event as encoding/json writes journal.Event (the
+//	                 encoding `cmfs events --json` prints), a newline after it
+//	<id>/_files      one _files line per file the load must fetch: the
+//	                 event's files with new content (CM == ""), in event
+//	                 order; preserved originals (CM != "") stay in
+//	                 _metadata only, since the replica never needs them
+//
+// With a db/table filter, events of other databases/tables have no
+// directory; the dump still covers [from, to].
+//
+// BOOTSTRAP (from = 0): the current tree, pinned to to = the newest event
+// id read BEFORE the walk; walk_end in _finished_dump is the newest id
+// after it. Every directory of the dump below is a unit, named by the
+// source names escaped as in _files lines, a leading '_' escaped as %5F:
+//
+//	<db>/_metadata                    {"db":"sales"}
+//	<db>/<table>/_metadata            {"db":"sales","table":"orders"[,"partitioned":true]}
+//	<db>/<table>/<k=v>[/<k=v>…]/_metadata {"db":…,"table":…,"partition":"k1=v1/k2=v2"}
+//	<unit>/_dirs                      the directories of the unit, itself
+//	                                  included (data subdirectories too), one
+//	                                  escaped path per line, so empty tables
+//	                                  and partitions replicate
+//	<unit>/_files                     the unit's files (CM always empty)
+//	_outside/_dirs, _outside/_files   everything outside the warehouse layout
+//
+// A database unit holds the <db>.db directory and files directly in it; a
+// table unit its table directory and the files and data directories not
+// below a partition; a partition unit (every k=v level is one) its
+// directory and everything below it that is not a deeper partition. A
+// unit's _dirs and _files are always written, possibly empty. LocalTree
+// lists directories and regular files only (symlinks are left out).
+//
+// # _files lines
+//
+// One file per line, fields separated by '#', every line ending in '\n':
+//
+//	<path>#<size>#<xxh64>#<cm>\n
+//	sales.db/orders/dt=2024-01-01/part-0#1024#9f86d081884c7d65#
+//
+// path is relative to the warehouse root, slash-separated and clean (no
+// leading '/', no "", "." or ".." component); size is decimal, no sign or
+// leading zero; xxh64 is 16 lowercase hex digits, as `xxhsum -H64` prints;
+// cm is the cmroot entry name of a preserved original, empty for new
+// content (an entry for new content, once preserved, is named
+// "<xxh64>-<size>"). path and cm are escaped: '%', '#', every byte of a
+// rune that is not printable (unicode.IsPrint: newlines, controls, spaces
+// other than ' ') and every byte that is not UTF-8 become '%' and two
+// uppercase hex digits, so any name round-trips. _dirs lines are escaped
+// paths alone. A parser refuses anything else, and a last line without
+// its newline (a torn write), with an error naming the file and line and
+// wrapping ErrFormat.
+//
+// # Target state
+//
+// <target>/.replstate, JSON written durably (temp, fsync, rename, fsync
+// dir) after every applied event: {"last_repl_id":N,"dump":"<dir>",
+// "time":"…"[,"source":…][,"fuzzy_until":K][,"bootstrapping":…]}.
+// <target>/.repl-staging holds content being fetched; it is emptied at the
+// start and removed at the end of every load. Both names are reserved at
+// the target's root.
+//
+// # Caveats
+//
+// Events in (to, walk_end] of the BOOTSTRAP a target started from raced
+// with the walk; they are applied tolerantly (content found nowhere is
+// skipped and counted in LoadResult.Missing; a rename whose both ends
+// exist keeps the destination), and the target is exact from walk_end on.
+// Content that a later event renamed away (renames preserve nothing in
+// cmroot) cannot be fetched by a load that lags behind the rename: the
+// load fails with ErrNoCopy outside the tolerant window. Mode, owner and
+// times are not replicated: files are 0644, directories 0755. An exchange
+// rename of two directories applied twice (a crash between the rename and
+// the state update) swaps them back.
+package repl

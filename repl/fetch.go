@@ -1,0 +1,223 @@
+package repl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/cespare/xxhash/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+// Fetcher returns the bytes of the content a journal.File names.
+//
+// For f.CM == "" (new content at f.Path, relative to the warehouse root)
+// it reads the live path if it still holds that content, else the cmroot
+// entry for f's checksum and size. For f.CM != "" it reads that cmroot
+// entry only. The reader checks what it delivers against f.Size and
+// f.XXH64 and fails at the end if they differ: with an error wrapping
+// ErrStale when the live file changed under it (the caller discards the
+// bytes and asks again with f.CM = CMName(f), which skips the live path),
+// ErrChecksum when a cmroot entry does not match its name.
+//
+// Errors from Fetch: ErrNoCopy (wrapped, naming path, size and checksum)
+// when neither place has the content, ErrUnsafePath for a path that is
+// absolute, holds "..", or leads out of the warehouse root.
+type Fetcher interface {
+	Fetch(ctx context.Context, f journal.File) (io.ReadCloser, error)
+}
+
+// CMName is the name of the cmroot entry that holds f's content once it
+// has been preserved: "<xxh64>-<size>", as cmroot.Name spells it.
+func CMName(f journal.File) string { return f.XXH64 + "-" + strconv.FormatInt(f.Size, 10) }
+
+// stateDirName is the state directory cmfs keeps at the top of a backing
+// directory; it is never part of the replicated tree.
+const stateDirName = ".cmfs"
+
+// FetchStats counts what a Fetcher read at the source.
+type FetchStats struct {
+	Files int64 // fetches that returned a reader
+	Bytes int64 // bytes read at the source, live and cmroot, including reads that turned out stale
+	CM    int64 // fetches served from cmroot
+	Stale int64 // live reads that did not match at the end
+}
+
+// LocalFetcher reads content from a warehouse root and its cmroot on this
+// machine. It needs no lock on cmroot: it only opens entries by name. Use
+// it through a pointer; its counters must not be copied.
+type LocalFetcher struct {
+	Root   string // the warehouse root (a cmfs backing directory or mountpoint)
+	CMRoot string // the cmroot directory
+
+	files, bytes, cm, stale atomic.Int64
+}
+
+var _ Fetcher = (*LocalFetcher)(nil)
+
+// Stats returns the counters since the fetcher was made.
+func (l *LocalFetcher) Stats() FetchStats {
+	return FetchStats{Files: l.files.Load(), Bytes: l.bytes.Load(), CM: l.cm.Load(), Stale: l.stale.Load()}
+}
+
+// Fetch implements Fetcher.
+func (l *LocalFetcher) Fetch(ctx context.Context, f journal.File) (io.ReadCloser, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if f.Size < 0 || !validSum(f.XXH64) {
+		return nil, fmt.Errorf("fetch %s: bad size %d or xxh64 %q", f.Path, f.Size, f.XXH64)
+	}
+	if f.CM == "" {
+		if err := checkRel(f.Path); err != nil {
+			return nil, fmt.Errorf("fetch %s: %w", f.Path, err)
+		}
+		if first, _, _ := strings.Cut(f.Path, "/"); first == stateDirName {
+			return nil, fmt.Errorf("fetch %s: the state directory is not served: %w", f.Path, ErrUnsafePath)
+		}
+		file, err := openBeneath(l.Root, f.Path)
+		switch {
+		case errors.Is(err, ErrUnsafePath):
+			return nil, fmt.Errorf("fetch %s: %w", f.Path, err)
+		case err == nil:
+			fi, err := file.Stat()
+			if err == nil && fi.Mode().IsRegular() && fi.Size() == f.Size {
+				l.files.Add(1)
+				return l.reader(file, f, true), nil
+			}
+			file.Close()
+		}
+		// Gone, replaced, or of another size: the original is in cmroot.
+	}
+	name := f.CM
+	if name == "" {
+		name = CMName(f)
+	}
+	file, err := l.openEntry(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("fetch %s (%d bytes, xxh64 %s): not at the path nor in cmroot as %s: %w", f.Path, f.Size, f.XXH64, name, ErrNoCopy)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s: %w", f.Path, err)
+	}
+	l.files.Add(1)
+	l.cm.Add(1)
+	return l.reader(file, f, false), nil
+}
+
+// openEntry opens a cmroot entry by name, laid out as cmroot.Store.Path
+// lays it out: <cmroot>/<first two characters>/<name>.
+func (l *LocalFetcher) openEntry(name string) (*os.File, error) {
+	if len(name) < 18 || name[16] != '-' || !validSum(name[:16]) || strings.ContainsAny(name, "/\x00") {
+		return nil, fmt.Errorf("cmroot entry %q: not an entry name: %w", name, ErrUnsafePath)
+	}
+	return os.OpenFile(filepath.Join(l.CMRoot, name[:2], name), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+}
+
+// openBeneath opens root/rel for reading, refusing any resolution that
+// leaves root (through ".." or a symlink). It uses openat2(RESOLVE_BENEATH)
+// and falls back to resolving symlinks in user space where the kernel lacks
+// it.
+func openBeneath(root, rel string) (*os.File, error) {
+	dir, err := os.Open(root)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	fd, err := unix.Openat2(int(dir.Fd()), rel, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch {
+	case err == nil:
+		return os.NewFile(uintptr(fd), filepath.Join(root, rel)), nil
+	case errors.Is(err, unix.EXDEV):
+		return nil, fmt.Errorf("%s leads outside %s: %w", rel, root, ErrUnsafePath)
+	case errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM):
+		return openResolved(root, rel)
+	}
+	return nil, &os.PathError{Op: "open", Path: filepath.Join(root, rel), Err: err}
+}
+
+func openResolved(root, rel string) (*os.File, error) {
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, err
+	}
+	real, err := filepath.EvalSymlinks(filepath.Join(root, rel))
+	if err != nil {
+		return nil, err
+	}
+	if r, err := filepath.Rel(realRoot, real); err != nil || r == ".." || strings.HasPrefix(r, "../") {
+		return nil, fmt.Errorf("%s leads outside %s: %w", rel, root, ErrUnsafePath)
+	}
+	return os.OpenFile(real, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+}
+
+// verifyReader counts and hashes what it delivers and checks it against
+// the file it was asked for when the source ends.
+type verifyReader struct {
+	f    *os.File
+	want journal.File
+	live bool
+	n    int64
+	h    hash.Hash64
+	l    *LocalFetcher
+	err  error
+}
+
+func (l *LocalFetcher) reader(f *os.File, want journal.File, live bool) *verifyReader {
+	return &verifyReader{f: f, want: want, live: live, h: xxhash.New(), l: l}
+}
+
+func (r *verifyReader) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	// Never deliver more than the size asked for: a file that grew is
+	// stale, and its tail must not reach the caller.
+	if rest := r.want.Size - r.n + 1; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := r.f.Read(p)
+	r.l.bytes.Add(int64(n))
+	r.n += int64(n)
+	if r.n > r.want.Size {
+		n -= int(r.n - r.want.Size)
+		r.n = r.want.Size + 1
+		r.err = r.mismatch("more than %d bytes", r.want.Size)
+		return n, r.err
+	}
+	r.h.Write(p[:n])
+	if err == io.EOF {
+		if sum := journal.FormatSum(r.h.Sum64()); r.n != r.want.Size || sum != r.want.XXH64 {
+			r.err = r.mismatch("%d bytes, xxh64 %s", r.n, sum)
+			return n, r.err
+		}
+		r.err = io.EOF
+	} else if err != nil {
+		r.err = fmt.Errorf("read %s: %w", r.want.Path, err)
+	}
+	return n, r.err
+}
+
+func (r *verifyReader) mismatch(format string, args ...any) error {
+	got := fmt.Sprintf(format, args...)
+	if r.live {
+		r.l.stale.Add(1)
+		return fmt.Errorf("%s changed while read (want %d bytes, xxh64 %s; got %s): %w", r.want.Path, r.want.Size, r.want.XXH64, got, ErrStale)
+	}
+	return fmt.Errorf("cmroot entry for %s (want %d bytes, xxh64 %s) holds %s: %w", r.want.Path, r.want.Size, r.want.XXH64, got, ErrChecksum)
+}
+
+func (r *verifyReader) Close() error { return r.f.Close() }

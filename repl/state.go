@@ -1,0 +1,56 @@
+package repl
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Names a target keeps at its root.
+const (
+	stateFile  = ".replstate"
+	stagingDir = ".repl-staging"
+)
+
+// State is the content of <target>/.replstate: how far the target is.
+type State struct {
+	// LastReplID is the id of the last event fully applied.
+	LastReplID uint64 `json:"last_repl_id"`
+	// Dump is the dump directory that event came from.
+	Dump string `json:"dump"`
+	// Time is when the state was written.
+	Time time.Time `json:"time"`
+	// Source is the source id of the dumps loaded so far.
+	Source string `json:"source,omitempty"`
+	// FuzzyUntil is the newest event that may have raced with the
+	// BOOTSTRAP the target started from; events up to it are applied
+	// tolerantly.
+	FuzzyUntil uint64 `json:"fuzzy_until,omitempty"`
+	// Bootstrapping identifies a BOOTSTRAP dump being loaded; set until
+	// the load finishes, so that a rerun of the same dump continues.
+	Bootstrapping string `json:"bootstrapping,omitempty"`
+}
+
+// ReadState reads a target's state; ok is false if the target has none
+// (nothing was ever loaded into it).
+func ReadState(target string) (st State, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(target, stateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return st, false, nil
+	}
+	if err != nil {
+		return st, false, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, false, fmt.Errorf("%s: %v: %w", filepath.Join(target, stateFile), err, ErrFormat)
+	}
+	return st, true, nil
+}
+
+func writeState(target string, st State) error {
+	st.Time = time.Now().UTC()
+	return writeJSON(target, stateFile, st)
+}
