@@ -29,6 +29,8 @@ type loader struct {
 	// (a later event brings the right one), and a rename whose two ends
 	// both exist keeps the destination.
 	fuzzy bool
+	// event is the id of the event being applied, 0 in a BOOTSTRAP.
+	event uint64
 }
 
 // abs returns the target path of a warehouse-relative path, refusing one
@@ -328,7 +330,11 @@ func (l *loader) stage(tmp *os.File, f journal.File) error {
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	rc, err := l.fetch.Fetch(l.ctx, f)
+	ctx := l.ctx
+	if l.event != 0 {
+		ctx = WithEvent(ctx, l.event)
+	}
+	rc, err := l.fetch.Fetch(ctx, f)
 	if err != nil {
 		return err
 	}

@@ -59,6 +59,11 @@ type FetchStats struct {
 type LocalFetcher struct {
 	Root   string // the warehouse root (a cmfs backing directory or mountpoint)
 	CMRoot string // the cmroot directory
+	// Events, if set, lets Fetch follow renames: content found neither at
+	// its path nor in cmroot is looked for where later RENAME*, LINK
+	// events moved that path (renames preserve nothing in cmroot). The
+	// search starts after the event WithEvent put in the context.
+	Events Events
 
 	files, bytes, cm, stale atomic.Int64
 }
@@ -104,6 +109,13 @@ func (l *LocalFetcher) Fetch(ctx context.Context, f journal.File) (io.ReadCloser
 		name = CMName(f)
 	}
 	file, err := l.openEntry(name)
+	if errors.Is(err, os.ErrNotExist) && f.CM == "" && l.Events != nil {
+		var moved *os.File
+		if moved, err = l.follow(ctx, f); err == nil {
+			l.files.Add(1)
+			return l.reader(moved, f, true), nil
+		}
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("fetch %s (%d bytes, xxh64 %s): not at the path nor in cmroot as %s: %w", f.Path, f.Size, f.XXH64, name, ErrNoCopy)
 	}
@@ -221,3 +233,80 @@ func (r *verifyReader) mismatch(format string, args ...any) error {
 }
 
 func (r *verifyReader) Close() error { return r.f.Close() }
+
+type eventKey struct{}
+
+// WithEvent returns a context that tells a Fetcher which event named the
+// files it is asked for; a fetcher that follows renames starts after it.
+func WithEvent(ctx context.Context, id uint64) context.Context {
+	return context.WithValue(ctx, eventKey{}, id)
+}
+
+// EventOf returns the event id WithEvent stored in ctx.
+func EventOf(ctx context.Context) (uint64, bool) {
+	id, ok := ctx.Value(eventKey{}).(uint64)
+	return id, ok
+}
+
+// maxFollow bounds how many paths a content may have moved to.
+const maxFollow = 64
+
+// follow looks for f's content where later renames and links put its
+// path, newest first, and returns the first file that holds it (checked
+// by checksum before it is returned), or os.ErrNotExist.
+func (l *LocalFetcher) follow(ctx context.Context, f journal.File) (*os.File, error) {
+	from, _ := EventOf(ctx)
+	last, err := l.Events.Last(ctx)
+	if err != nil || from >= last {
+		return nil, os.ErrNotExist
+	}
+	cands := []string{f.Path}
+	move := func(c, old, new string) {
+		if len(cands) < maxFollow && (c == old || strings.HasPrefix(c, old+"/")) {
+			cands = append(cands, new+c[len(old):])
+		}
+	}
+	err = l.Events.Range(ctx, from+1, last, func(e *journal.Event) error {
+		switch e.Type {
+		case journal.Rename, journal.RenameDatabase, journal.RenameTable, journal.RenamePartition, journal.Link:
+			for _, c := range cands {
+				move(c, e.Path, e.NewPath)
+				if e.Target == "exchange" {
+					move(c, e.NewPath, e.Path)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 256<<10)
+	for i := len(cands) - 1; i > 0; i-- {
+		if checkRel(cands[i]) != nil {
+			continue
+		}
+		file, err := openBeneath(l.Root, cands[i])
+		if err != nil {
+			continue
+		}
+		fi, err := file.Stat()
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size {
+			file.Close()
+			continue
+		}
+		h := xxhash.New()
+		n, err := io.CopyBuffer(h, file, buf)
+		l.bytes.Add(n)
+		if err != nil || journal.FormatSum(h.Sum64()) != f.XXH64 {
+			file.Close()
+			continue
+		}
+		if _, err := file.Seek(0, io.SeekStart); err != nil {
+			file.Close()
+			continue
+		}
+		return file, nil
+	}
+	return nil, os.ErrNotExist
+}

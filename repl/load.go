@@ -132,7 +132,7 @@ func load(ctx context.Context, dumpDir, target string, fetch Fetcher, opts LoadO
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		l.fuzzy = id <= st.FuzzyUntil
+		l.fuzzy, l.event = id <= st.FuzzyUntil, id
 		if err := l.applyDir(filepath.Join(dumpDir, EventDirName(id)), id); err != nil {
 			return res, err
 		}
@@ -277,7 +277,7 @@ func (l *loader) bootstrap(dumpDir string, md Metadata, fin Finished, st State, 
 	}
 	// Every file listed was seen during the walk; one that has moved since
 	// (renamed, so not preserved) comes back with the events that follow.
-	l.fuzzy = true
+	l.fuzzy, l.event = true, md.To
 	sort.Strings(dirs)
 	for _, d := range dirs {
 		if err := l.ctx.Err(); err != nil {
