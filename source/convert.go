@@ -38,7 +38,11 @@ func eventFromProto(p *replpb.Event) *journal.Event {
 		Table:     p.Table,
 		Partition: p.Partition,
 		Target:    p.Target,
-		Files:     make([]journal.File, len(p.Files)),
+	}
+	// The journal keeps an event without files as nil ("files":null in
+	// its JSON); so does the relay.
+	if len(p.Files) > 0 {
+		e.Files = make([]journal.File, len(p.Files))
 	}
 	if p.TimeUnixNano != 0 {
 		e.Time = time.Unix(0, p.TimeUnixNano).UTC()
