@@ -267,6 +267,15 @@ func (s *Store) PreserveCopyOf(f *os.File, xxh64 string, size int64) (name strin
 		var off int64
 		for off < size {
 			n, err := unix.CopyFileRange(int(f.Fd()), &off, int(tmp.Fd()), nil, int(min(size-off, 1<<30)), 0)
+			if errors.Is(err, syscall.EXDEV) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EOPNOTSUPP) {
+				// Another filesystem the kernel cannot copy across: copy here.
+				m, err := io.Copy(tmp, io.NewSectionReader(f, off, size-off))
+				off += m
+				if err == nil && off != size {
+					err = io.ErrUnexpectedEOF
+				}
+				return err
+			}
 			if err != nil {
 				return err
 			}

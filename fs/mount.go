@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"os"
@@ -64,6 +65,16 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 		cleanDir(tmp)
 	}
 
+	t, left, err := openInflight(filepath.Join(cfg.State, InflightFile))
+	if err != nil {
+		return nil, fmt.Errorf("in-flight table: %w", err)
+	}
+	r.inflight = t
+	if _, err := r.recover(context.Background(), left); err != nil {
+		t.close()
+		return nil, fmt.Errorf("recover changes a dead mount left unjournaled: %w", err)
+	}
+
 	lr := &gofs.LoopbackRoot{Path: backing, Dev: uint64(bst.Dev)}
 	rootNode := &node{LoopbackNode: &gofs.LoopbackNode{RootData: lr}, r: r}
 	lr.RootNode = rootNode
@@ -103,7 +114,10 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 	if err != nil {
 		return nil, err
 	}
-	go server.Serve()
+	go func() {
+		server.Serve()
+		t.close() // every handle is released when Serve returns
+	}()
 	if err := server.WaitMount(); err != nil {
 		server.Unmount()
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -179,9 +180,14 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if errno := n.r.journalable(rel); errno != 0 {
 		return nil, errno
 	}
+	if n.r.excluded(rel) {
+		return n.LoopbackNode.Mkdir(ctx, name, mode, out)
+	}
+	_, done := n.r.intend(intent{Type: journal.Mkdir, Path: rel})
+	defer done()
 	ch, errno := n.LoopbackNode.Mkdir(ctx, name, mode, out)
-	if errno != 0 || n.r.excluded(rel) {
-		return ch, errno
+	if errno != 0 {
+		return nil, errno
 	}
 	if err := n.r.emit(ctx, dirEvent(true, rel)); err != nil {
 		syscall.Rmdir(abs)
@@ -198,11 +204,13 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if errno := n.r.journalable(rel); errno != 0 {
 		return errno
 	}
+	if n.r.excluded(rel) {
+		return toErrno(syscall.Rmdir(abs))
+	}
+	_, done := n.r.intend(intent{Type: journal.Rmdir, Path: rel})
+	defer done()
 	if err := syscall.Rmdir(abs); err != nil {
 		return toErrno(err)
-	}
-	if n.r.excluded(rel) {
-		return 0
 	}
 	return toErrno(n.r.emit(ctx, dirEvent(false, rel)))
 }
@@ -222,6 +230,9 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if err := syscall.Lstat(abs, &st); err != nil {
 		return toErrno(err)
 	}
+	in := intent{Type: journal.Delete, Path: rel}
+	slot, done := n.r.intend(in)
+	defer done()
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		if err := syscall.Unlink(abs); err != nil {
 			return toErrno(err)
@@ -233,17 +244,25 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		defer ch.mu.Unlock()
 	}
 	h := n.r.leaving(ch, &st, byMove)
+	if h == byMove {
+		// The move is the unlink: name its entry before it happens.
+		if sum, cur, err := n.r.sumPath(abs); err == nil {
+			in.Orig = &journal.File{Path: rel, Size: cur.Size, XXH64: sum, CM: cmroot.Name(sum, cur.Size)}
+			n.r.inflight.update(slot, &in)
+		}
+	}
 	orig, err := n.r.preserve(abs, h)
 	if err != nil {
 		return toErrno(err)
 	}
+	orig.Path = rel
+	n.r.intendOrig(slot, &in, rel, orig)
 	if h != byMove {
 		if err := syscall.Unlink(abs); err != nil {
 			n.r.undo(orig, "")
 			return toErrno(err)
 		}
 	}
-	orig.Path = rel
 	if err := n.r.emit(ctx, fileEvent(journal.Delete, rel, orig.File)); err != nil {
 		n.r.undo(orig, abs)
 		return toErrno(err)
@@ -265,6 +284,21 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		return errno
 	}
 	oldEx, newEx := n.r.excluded(oldRel), n.r.excluded(newRel)
+	in := intent{Type: journal.Rename, Path: oldRel, NewPath: newRel}
+	switch {
+	case oldEx && newEx:
+		in.Type = ""
+	case oldEx:
+		in = intent{Type: journal.Write, Path: newRel} // arriving content
+	case newEx:
+		in = intent{Type: journal.Delete, Path: oldRel} // leaving the tree
+	}
+	slot := -1
+	if in.Type != "" {
+		var done func()
+		slot, done = n.r.intend(in)
+		defer done()
+	}
 
 	var src, tst syscall.Stat_t
 	if err := syscall.Lstat(oldAbs, &src); err != nil {
@@ -300,6 +334,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		}
 		p.Path = newRel
 		target = &p
+		n.r.intendOrig(slot, &in, newRel, p)
 	}
 	if err := unix.Renameat2(unix.AT_FDCWD, oldAbs, unix.AT_FDCWD, newAbs, uint(flags)); err != nil {
 		if target != nil {
@@ -390,6 +425,10 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if !n.r.excluded(rel) && !utf8.ValidString(trel) {
 		return nil, syscall.EILSEQ
 	}
+	if !n.r.excluded(rel) {
+		_, done := n.r.intend(intent{Type: journal.Link, Path: trel, NewPath: rel})
+		defer done()
+	}
 	if err := syscall.Link(n.r.abs(trel), abs); err != nil {
 		return nil, toErrno(err)
 	}
@@ -432,9 +471,14 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if !utf8.ValidString(target) && !n.r.excluded(rel) {
 		return nil, syscall.EILSEQ
 	}
+	if n.r.excluded(rel) {
+		return n.LoopbackNode.Symlink(ctx, target, name, out)
+	}
+	_, done := n.r.intend(intent{Type: journal.Symlink, Path: rel, Target: target})
+	defer done()
 	ch, errno := n.LoopbackNode.Symlink(ctx, target, name, out)
-	if errno != 0 || n.r.excluded(rel) {
-		return ch, errno
+	if errno != 0 {
+		return nil, errno
 	}
 	e := fileEvent(journal.Symlink, rel)
 	e.Target = target

@@ -42,7 +42,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
 	// A new file is new content, even if it is never written to.
-	return ch, cn.register(f, true, n.r.excluded(rel), true, nil), 0, 0
+	return ch, cn.register(f, rel, true, n.r.excluded(rel), true, nil), 0, 0
 }
 
 // createExisting is O_CREAT without O_EXCL of a file that exists: an open,
@@ -79,7 +79,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		}
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		return n.register(f, write, n.r.excluded(rel), false, nil), 0, 0
+		return n.register(f, rel, write, n.r.excluded(rel), false, nil), 0, 0
 	}
 
 	if errno := n.r.journalable(rel); errno != 0 {
@@ -109,18 +109,22 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		if err != nil {
 			return nil, 0, toErrno(err)
 		}
-		return n.register(f, true, false, false, nil), 0, 0
+		return n.register(f, rel, true, false, false, nil), 0, 0
 	}
 
 	if trunc {
 		var f *os.File
 		var orig preserved
 		var err error
+		in := intent{Type: journal.Truncate, Path: rel}
+		slot, done := n.r.intend(in)
+		defer done()
 		if mayReplace && n.opens == 0 && n.r.treeLinks(&st) == 1 {
 			// O(1): keep the original inode in cmroot, put a new one in its place.
 			if orig, err = n.r.preserve(abs, byLink); err != nil {
 				return nil, 0, toErrno(err)
 			}
+			n.r.intendOrig(slot, &in, rel, orig)
 			if f, err = n.r.replace(abs, &st, flags); err != nil {
 				n.r.undo(orig, "")
 				return nil, 0, toErrno(err)
@@ -132,6 +136,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 			if orig, err = n.r.preserve(abs, n.copying(0)); err != nil {
 				return nil, 0, toErrno(err)
 			}
+			n.r.intendOrig(slot, &in, rel, orig)
 			if f, err = os.OpenFile(abs, int(flags)|syscall.O_NOFOLLOW, 0); err != nil {
 				n.r.undo(orig, "")
 				return nil, 0, toErrno(err)
@@ -143,7 +148,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 			f.Close()
 			return nil, 0, toErrno(err)
 		}
-		return n.register(f, true, false, false, nil), 0, 0
+		return n.register(f, rel, true, false, false, nil), 0, 0
 	}
 
 	// An in-place update: with passthrough the writes never reach us, so
@@ -157,7 +162,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		n.r.undo(orig, "")
 		return nil, 0, toErrno(err)
 	}
-	return n.register(f, true, false, false, &orig), 0, 0
+	return n.register(f, rel, true, false, false, &orig), 0, 0
 }
 
 var replaceSeq atomic.Uint64
@@ -217,18 +222,34 @@ func (n *node) swappedTo(f *os.File) {
 // be held by the caller unless the node is new. The content of a created
 // file is journaled at its first close even if nothing is written; any
 // other handle journals only a change from the state it opened.
-func (n *node) register(f *os.File, write, excluded, created bool, orig *preserved) *file {
+func (n *node) register(f *os.File, rel string, write, excluded, created bool, orig *preserved) *file {
 	n.opens++
 	if write {
 		n.writers++
 	}
-	fh := &file{LoopbackFile: gofs.NewLoopbackFileFromOS(f), f: f, n: n, write: write, excluded: excluded, orig: orig}
+	fh := &file{LoopbackFile: gofs.NewLoopbackFileFromOS(f), f: f, n: n, write: write, excluded: excluded, orig: orig, slot: -1}
 	if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err == nil {
 		fh.readable = fl&syscall.O_ACCMODE != syscall.O_WRONLY
 	}
 	var st syscall.Stat_t
 	if write && !created && syscall.Fstat(int(f.Fd()), &st) == nil {
 		fh.last, fh.synced = statState(&st), true
+	}
+	if write && !excluded {
+		// Writes through passthrough never reach us: should the mount die
+		// before the close journals them, the next mount looks.
+		in := intent{Type: journal.Write, Path: rel}
+		switch {
+		case orig != nil:
+			in.Base, in.Orig = orig.XXH64, &orig.File
+		case created:
+		case st.Size == 0:
+			in.Base = emptySum
+		default:
+			in.Base, _ = n.r.sums.get(statState(&st))
+		}
+		fh.slot, _ = n.r.intend(in)
+		fh.intent = in
 	}
 	return fh
 }
@@ -265,6 +286,9 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	if !isReg(&st) || uint64(st.Size) == size {
 		return n.setattr(ctx, f, in, out)
 	}
+	it := intent{Type: journal.Truncate, Path: rel}
+	slot, done := n.r.intend(it)
+	defer done()
 
 	var orig *preserved
 	if st.Size > 0 {
@@ -273,6 +297,7 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 			if err != nil {
 				return toErrno(err)
 			}
+			n.r.intendOrig(slot, &it, rel, p)
 			nf, err := n.r.replace(abs, &st, syscall.O_RDONLY)
 			if err != nil {
 				n.r.undo(p, "")
@@ -291,8 +316,12 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 			if err != nil {
 				return toErrno(err)
 			}
+			n.r.intendOrig(slot, &it, rel, p)
 			orig = &p
 		}
+	}
+	if orig != nil {
+		orig.Path = rel
 	}
 	if errno := n.setattr(ctx, f, in, out); errno != 0 {
 		if orig != nil && in.Valid&fuse.FATTR_SIZE != 0 {
@@ -308,7 +337,6 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	}
 	files := []journal.File{{Path: rel, Size: int64(size), XXH64: sum}}
 	if orig != nil {
-		orig.Path = rel
 		files = append(files, orig.File)
 	}
 	return toErrno(n.r.emit(ctx, fileEvent(journal.Truncate, rel, files...)))
@@ -342,6 +370,9 @@ type file struct {
 	// last is the content state last journaled (or seen at open).
 	last   state
 	synced bool
+	// slot holds the handle's intent in the in-flight table, -1 if none.
+	slot   int
+	intent intent
 }
 
 var (
@@ -399,6 +430,8 @@ func (f *file) Flush(ctx context.Context) syscall.Errno {
 		return toErrno(err)
 	}
 	f.orig, f.last, f.synced = nil, statState(cur), true
+	f.intent = intent{After: r.log.Last(), Type: journal.Write, Path: rel, Base: sum}
+	r.inflight.update(f.slot, &f.intent)
 	return 0
 }
 
@@ -436,6 +469,9 @@ func (f *file) reader() (*os.File, func(), error) {
 }
 
 func (f *file) Release(ctx context.Context) syscall.Errno {
+	if f.slot >= 0 {
+		f.n.r.inflight.end(f.slot)
+	}
 	f.n.mu.Lock()
 	f.n.opens--
 	if f.write {

@@ -46,6 +46,10 @@ type root struct {
 
 	sums sumCache
 
+	// inflight records changes under way (see inflight.go); nil in tests
+	// that build a root by hand.
+	inflight *inflight
+
 	// swaps maps an inode cmfs swapped in to the node it belongs to.
 	swapMu sync.Mutex
 	swaps  map[uint64]swap

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/cmfs-project/cmfs/control"
+	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/journal"
 )
 
 type fsckOptions struct {
@@ -53,6 +56,15 @@ func runFsck(ctx context.Context, g *globalOptions, opts fsckOptions, args []str
 			return fmt.Errorf("fsck: %w", err)
 		}
 	} else {
+		if opts.repair {
+			n, err := recoverOffline(ctx, t)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				fmt.Fprintf(g.stderr, "cmfs: fsck: journaled %d change(s) a dead mount left without their events\n", n)
+			}
+		}
 		off, err := openOffline(t)
 		if err != nil {
 			return err
@@ -136,4 +148,27 @@ func problems(r control.Report) string {
 		return fmt.Sprintf("%d entries missing or corrupt after repair", len(r.Remaining))
 	}
 	return fmt.Sprintf("%d missing, %d corrupt entries", len(r.Missing), len(r.Corrupt))
+}
+
+// recoverOffline journals the changes a mount that died left without
+// their events (fs.Recover), with the journal opened for writing.
+func recoverOffline(ctx context.Context, t target) (int, error) {
+	if t.backing == "" {
+		return 0, nil // never mounted: nothing can be in flight
+	}
+	j, err := journal.Open(filepath.Join(t.state, cmfs.JournalFile), journal.Options{LockTimeout: time.Second})
+	if err != nil {
+		return 0, fmt.Errorf("open the journal for recovery: %w", err)
+	}
+	defer j.Close()
+	store, err := openStore(t)
+	if err != nil {
+		return 0, err
+	}
+	defer store.Close()
+	n, err := cmfs.Recover(ctx, cmfs.Config{Backing: t.backing, State: t.state, CMRoot: t.cmroot()}.WithDefaults(), j, store)
+	if err != nil {
+		return 0, fmt.Errorf("recover: %w", err)
+	}
+	return n, nil
 }

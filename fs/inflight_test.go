@@ -1,0 +1,107 @@
+package fs
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+func TestInflightTable(t *testing.T) {
+	p := filepath.Join(t.TempDir(), InflightFile)
+	tab, left, err := openInflight(p)
+	if err != nil || len(left) != 0 {
+		t.Fatalf("fresh table: %v, %d left", err, len(left))
+	}
+	a := tab.begin(&intent{Type: journal.Delete, Path: "a"})
+	b := tab.begin(&intent{Type: journal.Mkdir, Path: "b"})
+	tab.update(a, &intent{Type: journal.Delete, Path: "a", Orig: &journal.File{Path: "a", Size: 1, XXH64: "0123456789abcdef", CM: "0123456789abcdef-1"}})
+	tab.end(b)
+	if c := tab.begin(&intent{Type: journal.Rmdir, Path: "c"}); c != b {
+		t.Errorf("a freed slot is not reused: got %d, want %d", c, b)
+	}
+	tab.close() // as a dead mount leaves it: a and c in flight
+
+	tab, left, err = openInflight(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tab.close()
+	if len(left) != 2 || left[0].Path != "a" || left[0].Orig == nil || left[0].Orig.CM != "0123456789abcdef-1" || left[1].Path != "c" {
+		t.Fatalf("left = %+v, want the updated a and c", left)
+	}
+	if _, again, _ := openInflight(p); len(again) != 0 {
+		t.Errorf("a table read once still holds %d intents", len(again))
+	}
+}
+
+func TestRecover(t *testing.T) {
+	dir := t.TempDir()
+	backing := filepath.Join(dir, "backing")
+	for _, d := range []string{backing, filepath.Join(backing, "s.db/t/p=1"), filepath.Join(backing, "made")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j, err := journal.Open(filepath.Join(dir, "journal.db"), journal.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	cm, err := cmroot.Open(filepath.Join(dir, "cmroot"), cmroot.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cm.Close()
+	r := &root{backing: backing, cm: cm, log: j}
+
+	write := func(rel, content string) {
+		if err := os.WriteFile(filepath.Join(backing, rel), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A delete that happened: the original moved into cmroot, no event.
+	write("s.db/t/p=1/gone", "old bytes")
+	gone, err := r.preserve(filepath.Join(backing, "s.db/t/p=1/gone"), byMove)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone.Path = "s.db/t/p=1/gone"
+	// A delete that did not happen: the file is still there.
+	write("kept", "still here")
+	// A write that happened, and one that did not.
+	write("s.db/t/p=1/written", "new content")
+	write("same", "unchanged")
+	// A directory made, and one whose event was journaled before the kill.
+	if err := j.Append(context.Background(), &journal.Event{Type: journal.Mkdir, Path: "made"}); err != nil {
+		t.Fatal(err)
+	}
+
+	n, err := r.recover(context.Background(), []intent{
+		{Type: journal.Delete, Path: "s.db/t/p=1/gone", Orig: &gone.File},
+		{Type: journal.Delete, Path: "kept"},
+		{Type: journal.Write, Path: "s.db/t/p=1/written", Base: journal.Sum([]byte("old"))},
+		{Type: journal.Write, Path: "same", Base: journal.Sum([]byte("unchanged"))},
+		{Type: journal.Mkdir, Path: "made"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*journal.Event
+	j.Range(2, 0, func(e *journal.Event) error { got = append(got, e); return nil })
+	if n != 2 || len(got) != 2 {
+		t.Fatalf("recovered %d events: %+v; want the delete and the write", n, got)
+	}
+	if e := got[0]; e.Type != journal.Delete || e.Path != "s.db/t/p=1/gone" || len(e.Files) != 1 || e.Files[0].CM != gone.CM || e.Partition != "p=1" {
+		t.Errorf("recovered delete = %+v", e)
+	}
+	if e := got[1]; e.Type != journal.Insert || len(e.Files) != 1 || e.Files[0].XXH64 != journal.Sum([]byte("new content")) {
+		t.Errorf("recovered write = %+v", e)
+	}
+	if err := j.Verify(); err != nil {
+		t.Error(err)
+	}
+}
