@@ -65,7 +65,9 @@ func newSource(t testing.TB) *source {
 	return s
 }
 
-func (s *source) fetcher() *LocalFetcher { return &LocalFetcher{Root: s.root, CMRoot: s.cm, Events: &s.ev} }
+func (s *source) fetcher() *LocalFetcher {
+	return &LocalFetcher{Root: s.root, CMRoot: s.cm, Events: &s.ev}
+}
 
 func (s *source) abs(rel string) string { return filepath.Join(s.root, filepath.FromSlash(rel)) }
 
