@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -28,13 +29,16 @@ const (
 // probeTimeout bounds asking the control socket whether a mount answers.
 const probeTimeout = 2 * time.Second
 
-var (
-	// errNoMount: no mount answers on the control socket.
-	errNoMount = errors.New("no mount answers")
-	// errRetry: the journal is locked by a mount whose socket did not
-	// answer (yet), or it does not exist yet while following.
-	errRetry = errors.New("journal busy")
-)
+// errNoMount: no mount answers on the control socket.
+var errNoMount = errors.New("no mount answers")
+
+// retryError says the journal cannot be read just now: a mount holds it
+// whose socket does not answer (yet), a mount is creating it, or, while
+// following, there is none yet.
+type retryError struct{ err error }
+
+func (e *retryError) Error() string { return e.err.Error() }
+func (e *retryError) Unwrap() error { return e.err }
 
 // fnError marks an error of the caller's fn, which ends a walk as it is.
 type fnError struct{ err error }
@@ -86,15 +90,20 @@ func (s *Server) last(ctx context.Context) (last uint64, mounted bool, err error
 				return st.LastEventID, true, nil
 			}
 		}
-		j, err := journal.Open(s.journalPath(), journal.Options{ReadOnly: true, LockTimeout: time.Second})
+		j, err := s.openJournal()
+		var re *retryError
 		switch {
+		case errors.As(err, &re):
+			if time.Since(start) > retryFor {
+				return 0, false, re.err
+			}
 		case errors.Is(err, fs.ErrNotExist):
 			return 0, false, nil // never mounted: nothing journaled yet
-		case err == nil:
+		case err != nil:
+			return 0, false, err
+		default:
 			last := j.Last()
 			return last, false, j.Close()
-		case !errors.Is(err, journal.ErrLocked) || time.Since(start) > retryFor:
-			return 0, false, s.lockedErr(err)
 		}
 		if err := sleep(ctx, wait); err != nil {
 			return 0, false, err
@@ -102,11 +111,30 @@ func (s *Server) last(ctx context.Context) (last uint64, mounted bool, err error
 	}
 }
 
-func (s *Server) lockedErr(err error) error {
-	if errors.Is(err, journal.ErrLocked) {
-		return fmt.Errorf("journal %s is held by a mount whose control socket does not answer: %w", s.journalPath(), ErrUnavailable)
+// openJournal opens the journal read-only. The error wraps
+// fs.ErrNotExist when there is none (never mounted), and is a
+// *retryError while a mount holds or creates it.
+func (s *Server) openJournal() (*journal.Log, error) {
+	p := s.journalPath()
+	j, err := journal.Open(p, journal.Options{ReadOnly: true, LockTimeout: time.Second})
+	switch {
+	case err == nil:
+		return j, nil
+	case errors.Is(err, journal.ErrLocked):
+		return nil, &retryError{s.lockedErr()}
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, err
 	}
-	return err
+	if fi, serr := os.Stat(p); serr == nil && fi.Size() == 0 {
+		// A mount has created the file and not yet written its first
+		// pages (nor taken its lock).
+		return nil, &retryError{err}
+	}
+	return nil, err
+}
+
+func (s *Server) lockedErr() error {
+	return fmt.Errorf("journal %s is held by a mount whose control socket does not answer: %w", s.journalPath(), ErrUnavailable)
 }
 
 // walk calls fn for every event with from <= id <= to (to 0: up to the
@@ -130,6 +158,7 @@ func (s *Server) walk(ctx context.Context, from, to uint64, follow bool, fn func
 		return nil
 	}
 	start, wait := time.Now(), retryMin
+	var retry error // why the last round made no progress
 	for {
 		before := next
 		err := s.walkMount(ctx, next, to, follow, track)
@@ -137,24 +166,27 @@ func (s *Server) walk(ctx context.Context, from, to uint64, follow bool, fn func
 			err = s.walkJournal(ctx, next, to, follow, track)
 		}
 		var fe *fnError
+		var re *retryError
 		switch {
 		case errors.As(err, &fe):
 			return fe.err
 		case err == nil && (!follow || (to != 0 && next > to)):
 			return nil
-		case err != nil && !errors.Is(err, errRetry):
+		case errors.As(err, &re):
+			retry = re.err
+		case err != nil:
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return err
 		}
-		// A mount stopped under a follow (nil), or the journal is locked
-		// by a mount whose socket is not up (errRetry): go round again.
+		// A mount stopped under a follow (nil), or the journal cannot
+		// be read just now (retryError): go round again.
 		if next != before {
 			start, wait = time.Now(), retryMin
 		}
-		if !follow && time.Since(start) > retryFor {
-			return s.lockedErr(journal.ErrLocked)
+		if !follow && retry != nil && time.Since(start) > retryFor {
+			return retry
 		}
 		if err := sleep(ctx, wait); err != nil {
 			return err
@@ -179,15 +211,18 @@ func (s *Server) walkMount(ctx context.Context, from, to uint64, follow bool, fn
 	return err
 }
 
-// walkJournal reads the journal read-only; errRetry when a mount holds
-// it, or while following one that does not exist yet.
+// walkJournal reads the journal read-only; a *retryError when a mount
+// holds or creates it, or while following one that does not exist yet.
 func (s *Server) walkJournal(ctx context.Context, from, to uint64, follow bool, fn func(*journal.Event) error) error {
-	j, err := journal.Open(s.journalPath(), journal.Options{ReadOnly: true, LockTimeout: time.Second})
+	j, err := s.openJournal()
+	var re *retryError
 	switch {
+	case errors.As(err, &re):
+		return err
 	case errors.Is(err, fs.ErrNotExist) && !follow:
 		return nil // never mounted: nothing journaled yet
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, journal.ErrLocked):
-		return errRetry
+	case errors.Is(err, fs.ErrNotExist):
+		return &retryError{err}
 	case err != nil:
 		return err
 	}
@@ -195,7 +230,7 @@ func (s *Server) walkJournal(ctx context.Context, from, to uint64, follow bool, 
 	err = control.Walk(ctx, j, from, to, follow, fn)
 	var fe *fnError
 	if !errors.As(err, &fe) && errors.Is(err, journal.ErrLocked) {
-		return errRetry
+		return &retryError{s.lockedErr()}
 	}
 	return err
 }
