@@ -1,6 +1,8 @@
 package cmroot
 
 import (
+	"github.com/cmfs-project/cmfs/internal/durable"
+
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -265,7 +267,7 @@ func (s *Store) rebuildIndex(path string, old map[string]record) error {
 		return err
 	}
 	if s.sync {
-		return syncDir(s.dir)
+		return durable.SyncDir(s.dir)
 	}
 	return nil
 }

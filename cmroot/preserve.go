@@ -1,6 +1,8 @@
 package cmroot
 
 import (
+	"github.com/cmfs-project/cmfs/internal/durable"
+
 	"errors"
 	"fmt"
 	"io"
@@ -147,7 +149,7 @@ func (s *Store) copyIn(path string, fi os.FileInfo, name string, move bool) (cre
 		}
 	}()
 	exists := false
-	err = writeDurable(s.tmpPath(), fi.Mode().Perm(), s.sync,
+	err = durable.Write(s.tmpPath(), fi.Mode().Perm(), s.sync,
 		func(f *os.File) error {
 			n, got, err := s.copyHashed(f, src)
 			if err != nil {
@@ -308,7 +310,7 @@ func (s *Store) copyFrom(f *os.File, name *string, fill func(tmp *os.File) error
 		}
 	}()
 	exists := false
-	err = writeDurable(s.tmpPath(), fi.Mode().Perm(), s.sync, fill,
+	err = durable.Write(s.tmpPath(), fi.Mode().Perm(), s.sync, fill,
 		func(tmp string) (string, error) {
 			m := s.stripe(*name)
 			m.Lock()

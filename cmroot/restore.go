@@ -1,6 +1,8 @@
 package cmroot
 
 import (
+	"github.com/cmfs-project/cmfs/internal/durable"
+
 	"errors"
 	"fmt"
 	"os"
@@ -53,7 +55,7 @@ func (s *Store) restore(name, dst string, replace bool) error {
 	if err != nil {
 		return err
 	}
-	return writeDurable(filepath.Dir(dst), fi.Mode().Perm(), true,
+	return durable.Write(filepath.Dir(dst), fi.Mode().Perm(), true,
 		func(f *os.File) error {
 			n, got, err := s.copyHashed(f, src)
 			if err != nil {

@@ -1,6 +1,8 @@
 package cmroot
 
 import (
+	"github.com/cmfs-project/cmfs/internal/durable"
+
 	"errors"
 	"fmt"
 	"os"
@@ -218,7 +220,7 @@ func (s *Store) open() error {
 		}
 	}
 	if created && s.sync {
-		if err := syncDir(s.dir); err != nil {
+		if err := durable.SyncDir(s.dir); err != nil {
 			return err
 		}
 	}

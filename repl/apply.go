@@ -1,6 +1,8 @@
 package repl
 
 import (
+	"github.com/cmfs-project/cmfs/internal/durable"
+
 	"context"
 	"errors"
 	"fmt"
@@ -241,7 +243,7 @@ func (l *loader) symlink(rel, target string) error {
 		os.Remove(tmp)
 		return err
 	}
-	return syncDir(filepath.Dir(p))
+	return durable.SyncDir(filepath.Dir(p))
 }
 
 // holds says whether the target already has f's content at f.Path.
@@ -318,7 +320,7 @@ func (l *loader) put(f journal.File) error {
 	}
 	l.res.Files++
 	l.res.Bytes += f.Size
-	return syncDir(filepath.Dir(p))
+	return durable.SyncDir(filepath.Dir(p))
 }
 
 // stage copies f's content from the fetcher into tmp, checking size and

@@ -1,6 +1,8 @@
 package repl
 
 import (
+	"github.com/cmfs-project/cmfs/internal/durable"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -162,7 +164,7 @@ func writeJSON(dir, name string, v any) error {
 	if err != nil {
 		return err
 	}
-	return writeDurable(dir, name, append(b, '\n'))
+	return durable.WriteFile(filepath.Join(dir, name), append(b, '\n'), 0o644)
 }
 
 // EventDirName is the name of an event's directory in an INCREMENTAL dump:
@@ -327,7 +329,7 @@ func checkpoint(out string, id uint64) error {
 	if err := syncFS(out); err != nil {
 		return err
 	}
-	return writeDurable(out, progressFile, []byte(strconv.FormatUint(id, 10)+"\n"))
+	return durable.WriteFile(filepath.Join(out, progressFile), []byte(strconv.FormatUint(id, 10)+"\n"), 0o644)
 }
 
 // syncFS flushes the filesystem holding dir: one call instead of an fsync

@@ -168,7 +168,7 @@ func eventDirs(dumpDir string, md Metadata) ([]uint64, error) {
 		switch name := ent.Name(); {
 		case name == metadataFile || name == finishedFile || name == progressFile:
 		case strings.HasPrefix(name, "."):
-			// temp files of writeDurable, temp event dirs of an
+			// temp files of durable writes, temp event dirs of an
 			// interrupted run: never part of a finished dump's content.
 		default:
 			id, ok := parseEventDir(name)

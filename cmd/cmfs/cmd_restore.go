@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/cmfs-project/cmfs/internal/durable"
+
 	"context"
 	"errors"
 	"fmt"
@@ -340,5 +342,5 @@ func copyVerified(src, dst string, f journal.File) (err error) {
 	if err = os.Rename(tmp.Name(), dst); err != nil {
 		return fmt.Errorf("restore %s: %w", f.Path, err)
 	}
-	return syncDir(dir)
+	return durable.SyncDir(dir)
 }
