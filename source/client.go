@@ -29,6 +29,7 @@ type Client struct {
 	rpc         replpb.SourceClient
 	spoolDir    string
 	spoolMemory int64
+	streaming   bool
 
 	bytes   atomic.Int64
 	files   atomic.Int64
@@ -41,6 +42,13 @@ type Option func(*Client)
 // WithSpoolDir sets where Fetch holds back a live file larger than 32 MiB
 // until its checksum is known. Default: os.TempDir().
 func WithSpoolDir(dir string) Option { return func(c *Client) { c.spoolDir = dir } }
+
+// WithStreaming makes Fetch stream live files through as well, instead of
+// holding them back until their checksum is known: for a caller that
+// stages the bytes itself and, on ErrChanged at EOF, discards them and
+// asks again with f.CM set (cmroot only). It saves the copy a large live
+// file otherwise takes.
+func WithStreaming() Option { return func(c *Client) { c.streaming = true } }
 
 // Dial returns a client for the Source service at addr, which must be a
 // loopback address (no TLS yet). It does not wait for the connection:
@@ -93,8 +101,10 @@ func (c *Client) Stats() Stats {
 // temp file), and if they turn out different the file is asked for again
 // from cmroot; bytes from cmroot, which cannot change, are streamed
 // through and checked at the end. The reader returns ErrMismatch (wrapped)
-// instead of io.EOF when they are not the content asked for. Close the
-// reader to end the transfer early.
+// instead of io.EOF when they are not the content asked for (or, with
+// WithStreaming, ErrChanged for a live file that changed). A file with
+// f.CM set is a preserved original and is read from cmroot only. Close
+// the reader to end the transfer early.
 //
 // Errors: ErrNotFound (neither the path nor cmroot has it), ErrInvalid,
 // ErrRefused, ErrUnavailable, all wrapped; ctx's error.
@@ -105,12 +115,12 @@ func (c *Client) Fetch(ctx context.Context, f journal.File) (io.ReadCloser, erro
 	if err != nil {
 		return nil, err
 	}
-	if r.from != fromLive {
+	if r.from != fromLive || c.streaming {
 		return r, nil
 	}
 	held, err := c.hold(r, f.Size)
 	r.Close()
-	if !errors.Is(err, ErrMismatch) {
+	if !errors.Is(err, ErrChanged) {
 		return held, err
 	}
 	c.retries.Add(1)
@@ -130,7 +140,7 @@ func (c *Client) readFile(ctx context.Context, req *replpb.ReadFileRequest) (*fi
 	}
 	r := &fileReader{c: c, cancel: cancel, stream: stream, req: req, h: xxhash.New()}
 	r.next()
-	if r.err != nil && !errors.Is(r.err, io.EOF) && !errors.Is(r.err, ErrMismatch) {
+	if r.err != nil && !errors.Is(r.err, io.EOF) && !errors.Is(r.err, ErrMismatch) && !errors.Is(r.err, ErrChanged) {
 		cancel()
 		return nil, r.err
 	}
@@ -139,12 +149,22 @@ func (c *Client) readFile(ctx context.Context, req *replpb.ReadFileRequest) (*fi
 
 // hold reads r to its end into memory or a temp file and returns a reader
 // of what it read, once the checksum is known to match.
-func (c *Client) hold(r io.Reader, size int64) (io.ReadCloser, error) {
+func (c *Client) hold(r *fileReader, size int64) (io.ReadCloser, error) {
 	// One byte more than asked for shows a server sending too much.
-	r = io.LimitReader(r, size+1)
+	lr := io.LimitReader(r, size+1)
+	tooMuch := func(n int64) error {
+		if n <= size {
+			return nil
+		}
+		return fmt.Errorf("fetch %s from %s: more than %d bytes: %w", r.req.Path, r.from, size, ErrChanged)
+	}
 	if size <= c.spoolMemory {
 		b := bytes.NewBuffer(make([]byte, 0, size+1))
-		if _, err := b.ReadFrom(r); err != nil {
+		n, err := b.ReadFrom(lr)
+		if err == nil {
+			err = tooMuch(n)
+		}
+		if err != nil {
 			return nil, err
 		}
 		return io.NopCloser(bytes.NewReader(b.Bytes())), nil
@@ -158,7 +178,11 @@ func (c *Client) hold(r io.Reader, size int64) (io.ReadCloser, error) {
 		f.Close()
 		return nil, fmt.Errorf("fetch: spool: %w", err)
 	}
-	if _, err := io.Copy(f, r); err != nil {
+	n, err := io.Copy(f, lr)
+	if err == nil {
+		err = tooMuch(n)
+	}
+	if err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -217,7 +241,11 @@ func (r *fileReader) next() {
 	r.cancel()
 	// Our own sum, not the server's word for it.
 	if got := journal.FormatSum(r.h.Sum64()); got != r.req.Xxh64 {
-		r.err = fmt.Errorf("fetch %s from %s: got xxh64 %s, want %s (size %d): %w", r.req.Path, r.from, got, r.req.Xxh64, r.req.Size, ErrMismatch)
+		sentinel := ErrMismatch
+		if r.from == fromLive {
+			sentinel = ErrChanged
+		}
+		r.err = fmt.Errorf("fetch %s from %s: got xxh64 %s, want %s (size %d): %w", r.req.Path, r.from, got, r.req.Xxh64, r.req.Size, sentinel)
 		return
 	}
 	r.err = io.EOF

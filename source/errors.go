@@ -25,8 +25,13 @@ var (
 	// that leads outside the warehouse root, or into the state directory.
 	ErrRefused = errors.New("source: refused")
 	// ErrMismatch is returned by a Fetch reader at EOF when the bytes
-	// received do not have the xxh64 asked for, even from cmroot.
+	// received from cmroot do not have the xxh64 asked for: a corrupt
+	// entry.
 	ErrMismatch = errors.New("source: checksum mismatch")
+	// ErrChanged is returned by a Fetch reader at EOF, with
+	// WithStreaming only, when the live file turned out to hold other
+	// bytes than asked for: discard them and fetch again with f.CM set.
+	ErrChanged = errors.New("source: live file changed")
 	// ErrUnavailable is returned when the journal cannot be read: held by
 	// a mount whose control socket does not answer, or the server is
 	// going away.

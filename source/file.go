@@ -42,7 +42,8 @@ func (s *Server) readFile(ctx context.Context, req *replpb.ReadFileRequest, send
 	if err != nil {
 		return err
 	}
-	if rel != "" && !req.PreferCmroot {
+	// A file with a cmroot name is a preserved original: cmroot only.
+	if rel != "" && !req.PreferCmroot && req.Cm == "" {
 		f, err := s.openLive(rel, req.Size)
 		if err != nil {
 			return err
@@ -56,8 +57,8 @@ func (s *Server) readFile(ctx context.Context, req *replpb.ReadFileRequest, send
 	f, err := openEntry(filepath.Join(s.cfg.CMRoot, name[:2], name))
 	if errors.Is(err, fs.ErrNotExist) {
 		switch {
-		case rel == "":
-			return fmt.Errorf("no cmroot entry %s: %w", name, ErrNotFound)
+		case rel == "" || req.Cm != "":
+			return fmt.Errorf("no copy of %s with xxh64 %s (size %d): no cmroot entry %s: %w", rel, req.Xxh64, req.Size, name, ErrNotFound)
 		case req.PreferCmroot:
 			return fmt.Errorf("no copy of %s with xxh64 %s (size %d): the file at the path has changed, not in cmroot: %w", rel, req.Xxh64, req.Size, ErrNotFound)
 		}

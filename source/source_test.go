@@ -448,3 +448,45 @@ func TestNewServerErrors(t *testing.T) {
 		}
 	}
 }
+
+// A file with a cmroot name is a preserved original: it is read from
+// cmroot only, even while the path holds the same bytes.
+func TestFetchCMOnly(t *testing.T) {
+	s := newSource(t, Config{})
+	orig := []byte("the original rows\n")
+	f := s.write(t, "db.db/t/part-0", orig)
+	f.CM = cmroot.Name(f.XXH64, f.Size)
+	_, err := fetch(t, s.c, f)
+	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "no cmroot entry "+f.CM) {
+		t.Fatalf("got %v, want ErrNotFound naming the entry", err)
+	}
+	s.preserve(t, orig)
+	if got, err := fetch(t, s.c, f); err != nil || !bytes.Equal(got, orig) {
+		t.Errorf("got %q, %v; want %q", got, err, orig)
+	}
+}
+
+// WithStreaming hands a changed live file's bytes through and says so at
+// EOF; asking again with the cmroot name gets the original.
+func TestFetchStreaming(t *testing.T) {
+	s := newSource(t, Config{})
+	c, err := Dial(context.Background(), s.c.conn.Target(), WithStreaming())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	orig := []byte("the original rows\n")
+	s.preserve(t, orig)
+	s.write(t, "db.db/t/part-0", []byte("THE CHANGED ROWS!\n"))
+	f := fileOf("db.db/t/part-0", orig)
+	if _, err := fetch(t, c, f); !errors.Is(err, ErrChanged) {
+		t.Fatalf("got %v, want ErrChanged", err)
+	}
+	f.CM = cmroot.Name(f.XXH64, f.Size)
+	if got, err := fetch(t, c, f); err != nil || !bytes.Equal(got, orig) {
+		t.Errorf("got %q, %v; want %q", got, err, orig)
+	}
+	if st := c.Stats(); st.Retries != 0 || st.Files != 2 || st.Bytes != 2*int64(len(orig)) {
+		t.Errorf("stats %+v", st)
+	}
+}

@@ -37,8 +37,9 @@ type ReadFileRequest struct {
 	Size int64  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
 	// xxh64 is the expected checksum: 16 lowercase hex digits.
 	Xxh64 string `protobuf:"bytes,3,opt,name=xxh64,proto3" json:"xxh64,omitempty"`
-	// cm is the cmroot entry name, "<xxh64>-<size>"; optional, and when set
-	// it must name the same content as xxh64 and size.
+	// cm is the cmroot entry name, "<xxh64>-<size>", of a preserved
+	// original. When set it must name the same content as xxh64 and size,
+	// and only cmroot is read (as with prefer_cmroot).
 	Cm string `protobuf:"bytes,4,opt,name=cm,proto3" json:"cm,omitempty"`
 	// prefer_cmroot skips the live file: the client saw it differ.
 	PreferCmroot  bool `protobuf:"varint,5,opt,name=prefer_cmroot,json=preferCmroot,proto3" json:"prefer_cmroot,omitempty"`

@@ -37,7 +37,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type SourceClient interface {
 	// ReadFile streams one file. The server reads the live file at path
-	// when its size matches (and prefer_cmroot is unset), else the cmroot
+	// when its size matches (and neither cm nor prefer_cmroot is set), else the cmroot
 	// entry <xxh64>-<size>; the last chunk carries the xxh64 of the bytes
 	// sent, which the client compares with the one it asked for. A live file
 	// whose bytes turned out different is asked for again with
@@ -116,7 +116,7 @@ func (c *sourceClient) Status(ctx context.Context, in *StatusRequest, opts ...gr
 // for forward compatibility.
 type SourceServer interface {
 	// ReadFile streams one file. The server reads the live file at path
-	// when its size matches (and prefer_cmroot is unset), else the cmroot
+	// when its size matches (and neither cm nor prefer_cmroot is set), else the cmroot
 	// entry <xxh64>-<size>; the last chunk carries the xxh64 of the bytes
 	// sent, which the client compares with the one it asked for. A live file
 	// whose bytes turned out different is asked for again with
