@@ -45,7 +45,7 @@ func (s *Store) Preserve(path, xxh64 string, size int64, move bool) (name string
 }
 
 func (s *Store) preserve(path, sum string, size int64, move bool) (string, bool, error) {
-	if !validSum(sum) || size < 0 {
+	if !ValidSum(sum) || size < 0 {
 		return "", false, fmt.Errorf("bad checksum %q or size %d", sum, size)
 	}
 	if s.isClosed() {

@@ -127,7 +127,7 @@ func SumOf(b []byte) string { return Sum(xxhash.Sum64(b)) }
 // ParseName splits an entry name into its checksum and size; ok is false if
 // name is not an entry name.
 func ParseName(name string) (xxh64 string, size int64, ok bool) {
-	if len(name) < 18 || name[16] != '-' || !validSum(name[:16]) {
+	if len(name) < 18 || name[16] != '-' || !ValidSum(name[:16]) {
 		return "", 0, false
 	}
 	digits := name[17:]
@@ -146,7 +146,9 @@ func ParseName(name string) (xxh64 string, size int64, ok bool) {
 	return name[:16], size, true
 }
 
-func validSum(s string) bool {
+// ValidSum says whether s is an xxh64 as entry names and events write it:
+// 16 lowercase hex digits, as `xxhsum -H64` prints.
+func ValidSum(s string) bool {
 	if len(s) != 16 {
 		return false
 	}
@@ -245,6 +247,17 @@ func (s *Store) Path(name string) string {
 		return filepath.Join(s.dir, name)
 	}
 	return filepath.Join(s.dir, name[:2], name)
+}
+
+// EntryPath returns where the entry called name lives in a store at dir,
+// for readers that cannot open the store (a live mount holds its lock). It
+// refuses, with ErrNotFound, anything that is not an entry name, so the
+// result never leaves dir.
+func EntryPath(dir, name string) (string, error) {
+	if _, _, ok := ParseName(name); !ok {
+		return "", fmt.Errorf("%q is not a cmroot entry name: %w", name, ErrNotFound)
+	}
+	return filepath.Join(dir, name[:2], name), nil
 }
 
 // Links returns how many hard links to inode ino the store holds, so the

@@ -1,6 +1,8 @@
 package repl
 
 import (
+	"github.com/cmfs-project/cmfs/cmroot"
+
 	"context"
 	"errors"
 	"fmt"
@@ -80,7 +82,7 @@ func (l *LocalFetcher) Fetch(ctx context.Context, f journal.File) (io.ReadCloser
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if f.Size < 0 || !validSum(f.XXH64) {
+	if f.Size < 0 || !cmroot.ValidSum(f.XXH64) {
 		return nil, fmt.Errorf("fetch %s: bad size %d or xxh64 %q", f.Path, f.Size, f.XXH64)
 	}
 	if f.CM == "" {
@@ -127,13 +129,13 @@ func (l *LocalFetcher) Fetch(ctx context.Context, f journal.File) (io.ReadCloser
 	return l.reader(file, f, false), nil
 }
 
-// openEntry opens a cmroot entry by name, laid out as cmroot.Store.Path
-// lays it out: <cmroot>/<first two characters>/<name>.
+// openEntry opens a cmroot entry by name.
 func (l *LocalFetcher) openEntry(name string) (*os.File, error) {
-	if len(name) < 18 || name[16] != '-' || !validSum(name[:16]) || strings.ContainsAny(name, "/\x00") {
+	p, err := cmroot.EntryPath(l.CMRoot, name)
+	if err != nil {
 		return nil, fmt.Errorf("cmroot entry %q: not an entry name: %w", name, ErrUnsafePath)
 	}
-	return os.OpenFile(filepath.Join(l.CMRoot, name[:2], name), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	return os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 }
 
 // openBeneath opens root/rel for reading, refusing any resolution that

@@ -1,6 +1,8 @@
 package repl
 
 import (
+	"github.com/cmfs-project/cmfs/cmroot"
+
 	"bufio"
 	"bytes"
 	"fmt"
@@ -134,7 +136,7 @@ func ParseFile(line string) (journal.File, error) {
 	if err != nil {
 		return journal.File{}, err
 	}
-	if !validSum(fields[2]) {
+	if !cmroot.ValidSum(fields[2]) {
 		return journal.File{}, fmt.Errorf("bad xxh64 %q: want 16 lowercase hex digits", fields[2])
 	}
 	cm, err := Unescape(fields[3])
@@ -153,18 +155,6 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("bad size %q", s)
 	}
 	return n, nil
-}
-
-func validSum(s string) bool {
-	if len(s) != 16 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // checkRel refuses a path that is empty, absolute, or not in clean,
