@@ -54,7 +54,11 @@ func (s *Server) readFile(ctx context.Context, req *replpb.ReadFileRequest, send
 		}
 	}
 	name := cmroot.Name(req.Xxh64, req.Size)
-	f, err := openEntry(filepath.Join(s.cfg.CMRoot, name[:2], name))
+	entry, err := cmroot.EntryPath(s.cfg.CMRoot, name)
+	if err != nil {
+		return fmt.Errorf("cmroot entry %s: %w", name, ErrInvalid)
+	}
+	f, err := openEntry(entry)
 	if errors.Is(err, fs.ErrNotExist) {
 		switch {
 		case rel == "" || req.Cm != "":
@@ -73,7 +77,7 @@ func (s *Server) readFile(ctx context.Context, req *replpb.ReadFileRequest, send
 
 // checkRequest validates req and returns its path, cleaned ("" for none).
 func checkRequest(req *replpb.ReadFileRequest) (string, error) {
-	if !validSum(req.Xxh64) {
+	if !cmroot.ValidSum(req.Xxh64) {
 		return "", fmt.Errorf("xxh64 %q: want 16 lowercase hex digits: %w", req.Xxh64, ErrInvalid)
 	}
 	if req.Size < 0 {
@@ -98,18 +102,6 @@ func checkRequest(req *replpb.ReadFileRequest) (string, error) {
 		p = ""
 	}
 	return p, nil
-}
-
-func validSum(s string) bool {
-	if len(s) != 16 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // openLive opens the regular file at rel inside the warehouse root. It
