@@ -27,6 +27,7 @@ integration: build
 bench: build
 	$(GO) run ./bench/cmd/cmfsbench
 	CMFS_BENCH=1 $(GO) test -run TestBench -v ./journal/
+	$(GO) run ./bench/cmd/replbench
 
 demo: build
 	./scripts/demo.sh
