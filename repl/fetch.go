@@ -113,7 +113,7 @@ func (l *LocalFetcher) Fetch(ctx context.Context, f journal.File) (io.ReadCloser
 	file, err := l.openEntry(name)
 	if errors.Is(err, os.ErrNotExist) && f.CM == "" && l.Events != nil {
 		var moved *os.File
-		if moved, err = l.follow(ctx, f); err == nil {
+		if moved, err = l.Moved(ctx, f); err == nil {
 			l.files.Add(1)
 			return l.reader(moved, f, true), nil
 		}
@@ -253,10 +253,16 @@ func EventOf(ctx context.Context) (uint64, bool) {
 // maxFollow bounds how many paths a content may have moved to.
 const maxFollow = 64
 
-// follow looks for f's content where later renames and links put its
-// path, newest first, and returns the first file that holds it (checked
-// by checksum before it is returned), or os.ErrNotExist.
-func (l *LocalFetcher) follow(ctx context.Context, f journal.File) (*os.File, error) {
+// Moved finds the content f names under a later name: renames preserve
+// nothing in cmroot, so content a lagging replica needs may live on under
+// the name a later RENAME or LINK gave it. It follows those events after
+// the event in ctx (WithEvent) and returns the first candidate whose size
+// and checksum match, positioned at its start; os.ErrNotExist if none does
+// (or l has no Events).
+func (l *LocalFetcher) Moved(ctx context.Context, f journal.File) (*os.File, error) {
+	if l.Events == nil {
+		return nil, os.ErrNotExist
+	}
 	from, _ := EventOf(ctx)
 	last, err := l.Events.Last(ctx)
 	if err != nil || from >= last {

@@ -1,6 +1,8 @@
 package source
 
 import (
+	"github.com/cmfs-project/cmfs/repl"
+
 	"bytes"
 	"context"
 	"errors"
@@ -111,6 +113,9 @@ func (c *Client) Stats() Stats {
 func (c *Client) Fetch(ctx context.Context, f journal.File) (io.ReadCloser, error) {
 	c.files.Add(1)
 	req := &replpb.ReadFileRequest{Path: f.Path, Size: f.Size, Xxh64: f.XXH64, Cm: f.CM}
+	if id, ok := repl.EventOf(ctx); ok {
+		req.AfterEvent = id
+	}
 	r, err := c.readFile(ctx, req)
 	if err != nil {
 		return nil, err

@@ -246,3 +246,16 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// serverEvents reads the server's journal as repl.Events, for following
+// renames on the server's side.
+type serverEvents struct{ s *Server }
+
+func (e serverEvents) Last(ctx context.Context) (uint64, error) {
+	last, _, err := e.s.last(ctx)
+	return last, err
+}
+
+func (e serverEvents) Range(ctx context.Context, from, to uint64, fn func(*journal.Event) error) error {
+	return e.s.walk(ctx, from, to, false, fn)
+}

@@ -1,6 +1,8 @@
 package source
 
 import (
+	"github.com/cmfs-project/cmfs/repl"
+
 	"context"
 	"fmt"
 	"net"
@@ -44,6 +46,9 @@ type Server struct {
 	denyRel []string
 	denyAbs []string
 	srv     *grpc.Server
+	// moved finds content that later renames took elsewhere (ReadFile's
+	// after_event).
+	moved *repl.LocalFetcher
 
 	// life ends when Serve stops, so following streams end with it
 	// instead of holding the shutdown up.
@@ -100,6 +105,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if s.root, err = os.OpenRoot(backing); err != nil {
 		return nil, fmt.Errorf("source: open warehouse root: %w", err)
 	}
+	s.moved = &repl.LocalFetcher{Root: backing, CMRoot: cfg.CMRoot, Events: serverEvents{s}}
 	s.life, s.end = context.WithCancel(context.Background())
 	s.srv = grpc.NewServer()
 	replpb.RegisterSourceServer(s.srv, s)

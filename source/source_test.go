@@ -15,6 +15,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/repl"
 )
 
 // testSource is a served source: a warehouse root with the default state
@@ -488,5 +489,35 @@ func TestFetchStreaming(t *testing.T) {
 	}
 	if st := c.Stats(); st.Retries != 0 || st.Files != 2 || st.Bytes != 2*int64(len(orig)) {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestFetchRenamedAway: content a later rename took elsewhere (renames
+// preserve nothing in cmroot) is found under its new name when the client
+// says which event it fetches for.
+func TestFetchRenamedAway(t *testing.T) {
+	s := newSource(t, Config{})
+	data := []byte("partition data that moved")
+	old := fileOf("w.db/t/p=1/part-0", data)
+	s.write(t, "w.db/t/p=2/part-0", data)
+	appendEvents(t, s.state,
+		&journal.Event{Type: journal.Insert, Path: old.Path, Files: []journal.File{old}},
+		&journal.Event{Type: journal.RenamePartition, Path: "w.db/t/p=1", NewPath: "w.db/t/p=2"})
+
+	if _, err := fetch(t, s.c, old); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("fetch without an event: %v, want ErrNotFound", err)
+	}
+	r, err := s.c.Fetch(repl.WithEvent(context.Background(), 1), old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, err := io.ReadAll(r)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("fetch after event 1: %q, %v; want the renamed content", got, err)
+	}
+	// After the rename's own event there is nothing left to follow.
+	if _, err := s.c.Fetch(repl.WithEvent(context.Background(), 2), old); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("fetch after event 2: %v, want ErrNotFound", err)
 	}
 }

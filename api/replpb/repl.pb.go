@@ -42,7 +42,12 @@ type ReadFileRequest struct {
 	// and only cmroot is read (as with prefer_cmroot).
 	Cm string `protobuf:"bytes,4,opt,name=cm,proto3" json:"cm,omitempty"`
 	// prefer_cmroot skips the live file: the client saw it differ.
-	PreferCmroot  bool `protobuf:"varint,5,opt,name=prefer_cmroot,json=preferCmroot,proto3" json:"prefer_cmroot,omitempty"`
+	PreferCmroot bool `protobuf:"varint,5,opt,name=prefer_cmroot,json=preferCmroot,proto3" json:"prefer_cmroot,omitempty"`
+	// after_event is the id of the event the content is needed for. When the
+	// content is neither at the path nor in cmroot (renames preserve
+	// nothing), the server looks for it under the names later RENAME and LINK
+	// events gave it. 0: don't.
+	AfterEvent    uint64 `protobuf:"varint,6,opt,name=after_event,json=afterEvent,proto3" json:"after_event,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -110,6 +115,13 @@ func (x *ReadFileRequest) GetPreferCmroot() bool {
 		return x.PreferCmroot
 	}
 	return false
+}
+
+func (x *ReadFileRequest) GetAfterEvent() uint64 {
+	if x != nil {
+		return x.AfterEvent
+	}
+	return 0
 }
 
 // Chunk is a piece of the file. Every chunk but the last carries data
@@ -544,13 +556,15 @@ var File_repl_proto protoreflect.FileDescriptor
 const file_repl_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"repl.proto\x12\fcmfs.repl.v1\"\x84\x01\n" +
+	"repl.proto\x12\fcmfs.repl.v1\"\xa5\x01\n" +
 	"\x0fReadFileRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x14\n" +
 	"\x05xxh64\x18\x03 \x01(\tR\x05xxh64\x12\x0e\n" +
 	"\x02cm\x18\x04 \x01(\tR\x02cm\x12#\n" +
-	"\rprefer_cmroot\x18\x05 \x01(\bR\fpreferCmroot\"W\n" +
+	"\rprefer_cmroot\x18\x05 \x01(\bR\fpreferCmroot\x12\x1f\n" +
+	"\vafter_event\x18\x06 \x01(\x04R\n" +
+	"afterEvent\"W\n" +
 	"\x05Chunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
 	"\x03eof\x18\x02 \x01(\bR\x03eof\x12\x14\n" +
