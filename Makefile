@@ -13,9 +13,11 @@ all: build
 
 build:
 	$(GO) build -o bin/cmfs ./cmd/cmfs
+	$(GO) build -o bin/replicad ./cmd/replicad
 
 # Unit tests (no FUSE, no root) with the race detector, then the
-# integration tests: real mounts, real processes.
+# integration tests: real mounts, real processes (bin/cmfs, bin/replicad:
+# both built by build).
 test: build unit integration
 
 unit:

@@ -1,0 +1,369 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/repl"
+	"github.com/cmfs-project/cmfs/source"
+)
+
+type followOptions struct {
+	source   string
+	target   string
+	interval time.Duration
+	metrics  string
+}
+
+func newFollowCmd(g *globalOptions) *cobra.Command {
+	var opts followOptions
+	cmd := &cobra.Command{
+		Use:   "follow --source ADDR --target DIR [--interval DUR] [--metrics ADDR]",
+		Short: "Keep a destination warehouse loaded from a source, continuously",
+		Long: `Keep TARGET (created if missing) up to date with the 'replicad serve' at
+--source: whenever the source has events past the target's last loaded
+one, dump them (at most 10000 per round) into a work directory next to
+the target (.<target name>.repl-dumps, never inside it), load the dump,
+remove it, repeat. A target never loaded starts from event 1: the whole
+journal is replayed (bootstrap it first with dump and load when cmroot no
+longer holds old content).
+
+It wakes up as soon as the source journals an event (a following stream),
+and at least every --interval. Lag — from an event's time at the source to
+its being applied at the target — and events, files and bytes applied are
+exposed in the Prometheus text format at http://ADDR/metrics with
+--metrics ADDR (off by default). On a terminal a progress line is drawn on
+stderr.
+
+A source that cannot be reached is retried with backoff (one line on
+stderr each time); an error that retrying cannot fix (a gap, another
+source, content found nowhere) ends it with exit 1. SIGINT or SIGTERM stop
+it between or within rounds, leaving the target at the last event
+applied; exit 0.`,
+		Example: `  replicad follow --source 127.0.0.1:9860 --target /replica
+  replicad follow --source 127.0.0.1:9860 --target /replica --metrics 127.0.0.1:9861`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runFollow(cmd.Context(), g, opts, args)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.source, "source", "", "`ADDR` of the source's 'replicad serve'")
+	f.StringVar(&opts.target, "target", "", "the destination warehouse `DIR`")
+	f.DurationVar(&opts.interval, "interval", time.Second, "poll the source at least this often")
+	f.StringVar(&opts.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (default: off)")
+	return cmd
+}
+
+// followBatch bounds the events of one round, so that a target far behind
+// advances (and reports) in steps.
+const followBatch = 10000
+
+// Retry delays after a failed round.
+const (
+	minBackoff = 250 * time.Millisecond
+	maxBackoff = 10 * time.Second
+)
+
+func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []string) error {
+	if opts.source == "" {
+		return errors.New("follow what? give --source ADDR")
+	}
+	if opts.target == "" {
+		return errors.New("where to? give --target DIR")
+	}
+	if opts.interval <= 0 {
+		return fmt.Errorf("--interval %s must be positive", opts.interval)
+	}
+	target, err := makeDirectory("target", opts.target)
+	if err != nil {
+		return err
+	}
+	if st, _, err := repl.ReadState(target); err != nil {
+		return err
+	} else if st.Bootstrapping != "" {
+		return fmt.Errorf("target %s is in the middle of loading %s: finish that with 'replicad load' first", target, st.Bootstrapping)
+	}
+	work := filepath.Join(filepath.Dir(target), "."+filepath.Base(target)+".repl-dumps")
+	// Dumps are cheap to remake: whatever a stopped follow left is dropped.
+	if err := os.RemoveAll(work); err != nil {
+		return fmt.Errorf("clear work directory: %w", err)
+	}
+	if err := os.Mkdir(work, 0o755); err != nil {
+		return fmt.Errorf("work directory: %w", err)
+	}
+	defer os.RemoveAll(work)
+
+	client, err := source.Dial(ctx, opts.source, source.WithSpoolDir(work))
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	f := &follower{
+		g: g, addr: opts.source, client: client, target: target, work: work,
+		m: newMetrics(), tty: isTerminal(g.stderr), times: map[uint64]time.Time{},
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	if opts.metrics != "" {
+		lis, err := net.Listen("tcp", opts.metrics)
+		if err != nil {
+			return fmt.Errorf("metrics: listen %s: %w", opts.metrics, unwrapOp(err))
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", f.m)
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hs.Serve(lis) // ends with Shutdown below
+		}()
+		context.AfterFunc(ctx, func() {
+			sctx, c := context.WithTimeout(context.Background(), time.Second)
+			defer c()
+			hs.Shutdown(sctx)
+		})
+		fmt.Fprintf(g.stdout, "metrics on http://%s/metrics\n", lis.Addr())
+	}
+	fmt.Fprintf(g.stdout, "following %s into %s\n", opts.source, target)
+
+	wake := make(chan struct{}, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		f.watch(ctx, wake)
+	}()
+	err = f.loop(ctx, opts.interval, wake)
+	f.endLine()
+	if ctx.Err() != nil {
+		return nil // interrupted: the normal end of follow
+	}
+	return err
+}
+
+// follower is the state of one follow: the source, the target, what it
+// measured.
+type follower struct {
+	g      *globalOptions
+	addr   string
+	client *source.Client
+	target string
+	work   string
+	m      *metrics
+	tty    bool
+
+	sourceID string
+
+	mu    sync.Mutex
+	times map[uint64]time.Time // event times of the round being loaded
+	line  bool                 // a progress line is open on the terminal
+}
+
+// loop runs rounds until ctx ends or a round fails in a way a retry
+// cannot fix: right away while the source is ahead, else when woken or
+// every interval; after a failure, with backoff.
+func (f *follower) loop(ctx context.Context, interval time.Duration, wake <-chan struct{}) error {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	backoff := time.Duration(0)
+	for {
+		more, err := f.sync(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case err != nil && permanent(err):
+			return err
+		case err != nil:
+			f.m.update(func(m *metricValues) { m.errors++ })
+			backoff = min(max(2*backoff, minBackoff), maxBackoff)
+			f.say("source %s: %v; retrying in %s", f.addr, err, backoff)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			continue
+		case backoff > 0:
+			backoff = 0
+			f.say("source %s answers again; target at event %d", f.addr, f.m.snapshot().targetLast)
+		}
+		f.progress()
+		if more {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// sync runs one round: dump the events past the target's last one (at
+// most followBatch) from the source, load them, remove the dump. more
+// says the source was still ahead when the round started.
+func (f *follower) sync(ctx context.Context) (more bool, err error) {
+	st, _, err := repl.ReadState(f.target)
+	if err != nil {
+		return false, err
+	}
+	last, err := f.client.Last(ctx)
+	if err != nil {
+		return false, err
+	}
+	f.m.update(func(m *metricValues) { m.sourceLast, m.targetLast = last, st.LastReplID })
+	from := st.LastReplID + 1
+	if last < from {
+		return false, nil
+	}
+	if f.sourceID == "" {
+		s, err := f.client.Status(ctx)
+		if err != nil {
+			return false, err
+		}
+		f.sourceID = s.SourceID
+	}
+	to := min(last, from+followBatch-1)
+	dir := filepath.Join(f.work, dumpName(repl.Incremental, from, to, "", ""))
+	defer os.RemoveAll(dir)
+	f.mu.Lock()
+	clear(f.times)
+	f.mu.Unlock()
+	if _, err := repl.Dump(ctx, timedEvents{f.client, f}, dir, repl.DumpOptions{From: from, To: to, Source: f.sourceID}); err != nil {
+		return false, err
+	}
+	res, err := repl.Load(ctx, dir, f.target, f.client, repl.LoadOptions{Progress: f})
+	f.m.update(func(m *metricValues) {
+		m.files += uint64(res.Files)
+	})
+	if err != nil {
+		return false, err
+	}
+	return to < last, nil
+}
+
+// Event implements repl.Progress: event id is applied at the target.
+func (f *follower) Event(id uint64) {
+	f.mu.Lock()
+	t, ok := f.times[id]
+	delete(f.times, id)
+	f.mu.Unlock()
+	if ok {
+		f.m.observeLag(time.Since(t))
+	}
+	f.m.update(func(m *metricValues) { m.targetLast = max(m.targetLast, id) })
+}
+
+// Bytes implements repl.Progress.
+func (f *follower) Bytes(n int64) {
+	f.m.update(func(m *metricValues) { m.bytes += n })
+}
+
+// timedEvents is the source's journal as the dump reads it, noting every
+// event's time for the lag measured when it is applied.
+type timedEvents struct {
+	*source.Client
+	f *follower
+}
+
+func (e timedEvents) Range(ctx context.Context, from, to uint64, fn func(*journal.Event) error) error {
+	return e.Client.Range(ctx, from, to, func(ev *journal.Event) error {
+		e.f.mu.Lock()
+		e.f.times[ev.ID] = ev.Time
+		e.f.mu.Unlock()
+		return fn(ev)
+	})
+}
+
+// watch follows the source's journal and signals wake at every new event,
+// so a round starts as soon as there is something to load; a broken stream
+// is taken up again after a pause (the loop reports the source's state).
+func (f *follower) watch(ctx context.Context, wake chan<- struct{}) {
+	var next uint64
+	for ctx.Err() == nil {
+		if next == 0 {
+			if last, err := f.client.Last(ctx); err == nil {
+				next = last + 1
+			}
+		}
+		if next != 0 {
+			f.client.Follow(ctx, next, func(e *journal.Event) error {
+				next = e.ID + 1
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+				return nil
+			})
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// permanent reports whether a failed round would fail the same way again.
+func permanent(err error) bool {
+	for _, target := range []error{
+		repl.ErrGap, repl.ErrMismatch, repl.ErrFormat, repl.ErrNoCopy, repl.ErrChecksum, repl.ErrUnsafePath,
+		source.ErrNotFound, source.ErrRefused, source.ErrInvalid, source.ErrMismatch, source.ErrInsecure,
+		journal.ErrCorrupt,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// progress redraws the progress line on a terminal.
+func (f *follower) progress() {
+	if !f.tty {
+		return
+	}
+	s := f.m.snapshot()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fmt.Fprintf(f.g.stderr, "\rfollow %s: target at %d, source at %d, lag %s, %d events, %s applied   ",
+		f.addr, s.targetLast, s.sourceLast, time.Duration(s.lastLag*float64(time.Second)).Round(time.Millisecond),
+		s.applied, shortBytes(s.bytes))
+	f.line = true
+}
+
+// say prints a line on stderr, after ending an open progress line.
+func (f *follower) say(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.line {
+		fmt.Fprintln(f.g.stderr)
+		f.line = false
+	}
+	fmt.Fprintf(f.g.stderr, "replicad: "+format+"\n", args...)
+}
+
+// endLine ends an open progress line.
+func (f *follower) endLine() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.line {
+		fmt.Fprintln(f.g.stderr)
+		f.line = false
+	}
+}

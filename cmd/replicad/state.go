@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cmfs-project/cmfs/control"
+	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/repl"
+)
+
+// recordFile is the file every cmfs mount writes into its state directory
+// (cmd/cmfs/state.go): the backing directory and cmroot of the latest
+// mount, which is how a command given only --state finds them.
+const recordFile = "mount.json"
+
+// record is the part of cmfs's mount record replicad reads.
+type record struct {
+	Backing string `json:"backing"`
+	CMRoot  string `json:"cmroot"`
+}
+
+// mount is a cmfs-protected warehouse on this machine: its state
+// directory, backing directory (the warehouse root) and cmroot.
+type mount struct {
+	state   string
+	backing string
+	cmroot  string
+}
+
+// resolveMount finds the mount of a state directory. backing, if not
+// empty, overrides the record's backing directory; with state empty it is
+// required and the state is backing/.cmfs.
+func resolveMount(state, backing string) (mount, error) {
+	var m mount
+	if state == "" && backing == "" {
+		return m, errors.New("which warehouse? give --state DIR")
+	}
+	if backing != "" {
+		b, err := directory("backing directory", backing)
+		if err != nil {
+			return m, err
+		}
+		m.backing = b
+		if state == "" {
+			state = filepath.Join(b, cmfs.StateDir)
+		}
+	}
+	s, err := directory("state directory", state)
+	if err != nil {
+		return m, err
+	}
+	m.state = s
+	var rec record
+	b, err := os.ReadFile(filepath.Join(s, recordFile))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return m, fmt.Errorf("read mount record: %w", err)
+	default:
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return m, fmt.Errorf("mount record %s: %w", filepath.Join(s, recordFile), err)
+		}
+	}
+	if m.backing == "" {
+		if rec.Backing == "" {
+			return m, fmt.Errorf("state directory %s has no %s (never mounted?): give --backing DIR", state, recordFile)
+		}
+		if m.backing, err = directory("backing directory", rec.Backing); err != nil {
+			return m, fmt.Errorf("%w (from %s)", err, filepath.Join(s, recordFile))
+		}
+	}
+	m.cmroot = rec.CMRoot
+	if m.cmroot == "" {
+		m.cmroot = filepath.Join(s, cmfs.CMRootDir)
+	}
+	return m, nil
+}
+
+// sourceID names a local source the way `replicad serve` names it by
+// default (source.Config.SourceID): "<hostname>:<backing>", so dumps made
+// locally and through serve can be loaded into the same target.
+func (m mount) sourceID() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "localhost"
+	}
+	return host + ":" + m.backing
+}
+
+// openEvents returns the mount's journal as repl.Events: through the
+// control socket while a mount answers there (it holds the journal's
+// lock), else the journal file opened read-only.
+func openEvents(ctx context.Context, m mount) (repl.Events, func() error, error) {
+	if c, err := control.Dial(filepath.Join(m.state, cmfs.SocketFile)); err == nil {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := c.Status(sctx)
+		cancel()
+		if err == nil {
+			return controlEvents{c}, c.Close, nil
+		}
+		c.Close()
+	}
+	path := filepath.Join(m.state, cmfs.JournalFile)
+	if _, err := os.Stat(path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, fmt.Errorf("no cmfs journal in %s (never mounted?)", m.state)
+		}
+		return nil, nil, fmt.Errorf("journal %s: %w", path, unwrapPath(err))
+	}
+	j, err := journal.Open(path, journal.Options{ReadOnly: true, LockTimeout: time.Second})
+	if errors.Is(err, journal.ErrLocked) {
+		return nil, nil, fmt.Errorf("journal %s is held by a mount whose control socket does not answer: %w", path, err)
+	}
+	if err != nil {
+		return nil, nil, err // journal.Open names the file
+	}
+	return repl.JournalEvents(j), j.Close, nil
+}
+
+// controlEvents adapts a mount's control socket to repl.Events.
+type controlEvents struct{ c *control.Client }
+
+func (e controlEvents) Last(ctx context.Context) (uint64, error) {
+	st, err := e.c.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("mount status: %w", err)
+	}
+	return st.LastEventID, nil
+}
+
+func (e controlEvents) Range(ctx context.Context, from, to uint64, fn func(*journal.Event) error) error {
+	return e.c.Events(ctx, from, to, false, func(ev journal.Event) error { return fn(&ev) })
+}
+
+// tree is the mount's backing directory as a BOOTSTRAP walks it: without
+// cmfs's scratch paths, and without the state directory and cmroot when
+// they live inside it under other names than .cmfs.
+func (m mount) tree() repl.Tree {
+	t := repl.LocalTree{Root: m.backing, Exclude: cmfs.DefaultExcludes}
+	var skip []string
+	for _, d := range []string{m.state, m.cmroot} {
+		if rel, err := filepath.Rel(m.backing, d); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
+			skip = append(skip, filepath.ToSlash(rel))
+		}
+	}
+	if len(skip) == 0 {
+		return t
+	}
+	return skipTree{Tree: t, skip: skip}
+}
+
+// skipTree leaves paths below some directories out of a walk.
+type skipTree struct {
+	repl.Tree
+	skip []string
+}
+
+func (t skipTree) Walk(ctx context.Context, fn func(path string, isDir bool, size int64, xxh64 string) error) error {
+	return t.Tree.Walk(ctx, func(p string, isDir bool, size int64, sum string) error {
+		for _, s := range t.skip {
+			if p == s || strings.HasPrefix(p, s+"/") {
+				return nil
+			}
+		}
+		return fn(p, isDir, size, sum)
+	})
+}
+
+// directory returns the absolute, symlink-free path of an existing directory.
+func directory(what, p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", what, p, err)
+	}
+	fi, err := os.Stat(abs)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%s %s does not exist", what, p)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", what, p, unwrapPath(err))
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%s %s is not a directory", what, p)
+	}
+	return filepath.EvalSymlinks(abs)
+}
+
+// makeDirectory is directory for a directory that is created if missing
+// (its parent must exist).
+func makeDirectory(what, p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", what, p, err)
+	}
+	if err := os.Mkdir(abs, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%s %s cannot be created: %s does not exist", what, p, filepath.Dir(abs))
+		}
+		return "", fmt.Errorf("%s %s cannot be created: %w", what, p, unwrapPath(err))
+	}
+	return directory(what, abs)
+}
+
+// unwrapPath drops the *fs.PathError wrapper whose path the caller's
+// message already names.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// printJSON prints v as one JSON object and a newline.
+func printJSON(g *globalOptions, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(g.stdout, "%s\n", b)
+	return err
+}
+
+// bytesString prints a byte count exactly and, when large, in binary
+// units (as cmfs does).
+func bytesString(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%d bytes (%.1f %ciB)", n, float64(n)/float64(div), "KMGTPE"[exp])
+}
