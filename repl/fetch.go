@@ -111,7 +111,9 @@ func (l *LocalFetcher) Fetch(ctx context.Context, f journal.File) (io.ReadCloser
 		name = CMName(f)
 	}
 	file, err := l.openEntry(name)
-	if errors.Is(err, os.ErrNotExist) && f.CM == "" && l.Events != nil {
+	if errors.Is(err, os.ErrNotExist) && f.Path != "" && l.Events != nil {
+		// Not in cmroot either — also when the loader asked for cmroot
+		// after a stale read: renamed away, the content may live on.
 		var moved *os.File
 		if moved, err = l.Moved(ctx, f); err == nil {
 			l.files.Add(1)

@@ -61,7 +61,7 @@ func (s *Server) readFile(ctx context.Context, req *replpb.ReadFileRequest, send
 		return fmt.Errorf("cmroot entry %s: %w", name, ErrInvalid)
 	}
 	f, err := openEntry(entry)
-	if errors.Is(err, fs.ErrNotExist) && rel != "" && req.Cm == "" && req.AfterEvent > 0 {
+	if errors.Is(err, fs.ErrNotExist) && rel != "" && req.AfterEvent > 0 {
 		// Renamed away after the event: look where later renames put it.
 		want := journal.File{Path: rel, Size: req.Size, XXH64: req.Xxh64}
 		if moved, merr := s.moved.Moved(repl.WithEvent(ctx, req.AfterEvent), want); merr == nil {
