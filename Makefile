@@ -4,7 +4,7 @@ GO      ?= go
 GOPATH  := $(shell $(GO) env GOPATH)
 export PATH := $(PATH):$(GOPATH)/bin:/root/go/bin
 
-UNIT        := ./journal/... ./cmroot/... ./control/... ./fs/... ./cmd/... ./bench/...
+UNIT        := ./internal/... ./journal/... ./cmroot/... ./control/... ./fs/... ./repl/... ./source/... ./cmd/... ./bench/...
 INTEGRATION := ./integration/...
 
 .PHONY: all build test unit integration bench demo proto vet fmt clean
@@ -39,6 +39,10 @@ proto:
 		--go_out=api/controlpb --go_opt=paths=source_relative \
 		--go-grpc_out=api/controlpb --go-grpc_opt=paths=source_relative \
 		api/control.proto
+	protoc -I api \
+		--go_out=api/replpb --go_opt=paths=source_relative \
+		--go-grpc_out=api/replpb --go-grpc_opt=paths=source_relative \
+		api/repl.proto
 
 vet:
 	$(GO) vet ./...
