@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/cmfs-project/cmfs/internal/cli"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -70,7 +72,7 @@ func runFsck(ctx context.Context, g *globalOptions, opts fsckOptions, args []str
 			return err
 		}
 		defer off.Close()
-		if rep, err = control.FsckRetain(off.j, off.store, opts.repair, t.record.retain(), time.Now()); err != nil {
+		if rep, err = control.FsckRetain(off.j, off.store, opts.repair, t.record.Retention(), time.Now()); err != nil {
 			return err
 		}
 	}
@@ -84,7 +86,7 @@ func runFsck(ctx context.Context, g *globalOptions, opts fsckOptions, args []str
 		printReport(g, rep)
 	}
 	if !rep.OK() {
-		return &exitError{code: 1, msg: "fsck: " + problems(rep)}
+		return &cli.ExitError{Code: 1, Msg: "fsck: " + problems(rep)}
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/cmfs-project/cmfs/internal/cli"
+
 	"context"
 	"fmt"
 	"time"
@@ -57,26 +59,12 @@ func runGC(ctx context.Context, g *globalOptions, opts gcOptions, args []string)
 		defer store.Close()
 		retain := opts.retain
 		if retain == 0 {
-			retain = t.record.retain()
+			retain = t.record.Retention()
 		}
 		if res, err = control.GC(store, retain, time.Now()); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(g.stdout, "removed %d entries, %s\n", res.Removed, bytesString(res.Bytes))
+	fmt.Fprintf(g.stdout, "removed %d entries, %s\n", res.Removed, cli.Bytes(res.Bytes))
 	return nil
-}
-
-// bytesString prints a byte count exactly and, when large, in binary units.
-func bytesString(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d bytes", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%d bytes (%.1f %ciB)", n, float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/cmfs-project/cmfs/internal/cli"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -87,7 +89,7 @@ func (p mountPlan) target() target {
 // planMount validates the request and prepares the state directory.
 func planMount(opts mountOptions, args []string) (mountPlan, error) {
 	var p mountPlan
-	backing, err := directory("backing directory", args[0])
+	backing, err := cli.Directory("backing directory", args[0])
 	if err != nil {
 		return p, err
 	}
@@ -155,11 +157,11 @@ func planMount(opts mountOptions, args []string) (mountPlan, error) {
 // writable.
 func prepareState(state string) error {
 	if err := os.MkdirAll(state, 0o700); err != nil {
-		return fmt.Errorf("state directory %s cannot be created: %w", state, unwrapPath(err))
+		return fmt.Errorf("state directory %s cannot be created: %w", state, cli.UnwrapPath(err))
 	}
 	f, err := os.CreateTemp(state, ".probe*")
 	if err != nil {
-		return fmt.Errorf("state directory %s is not writable: %w", state, unwrapPath(err))
+		return fmt.Errorf("state directory %s is not writable: %w", state, cli.UnwrapPath(err))
 	}
 	f.Close()
 	return os.Remove(f.Name())
@@ -233,7 +235,7 @@ func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (
 		fmt.Fprintf(g.stderr, "cmfs: recovery fsck: %s\n", summarize(rep))
 	}
 
-	if err := writeRecord(cfg.State, record{
+	if err := cmfs.WriteRecord(cfg.State, cmfs.Record{
 		Backing:    cfg.Backing,
 		Mountpoint: plan.mountpoint,
 		CMRoot:     cfg.CMRoot,
@@ -394,7 +396,7 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 			if line == "" {
 				line = fmt.Sprintf("mount process exited (%v) before the mount was ready", err)
 			}
-			return &exitError{code: 1, msg: strings.TrimPrefix(line, "cmfs: ")}
+			return &cli.ExitError{Code: 1, Msg: strings.TrimPrefix(line, "cmfs: ")}
 		case <-deadline.C:
 			child.Process.Signal(syscall.SIGTERM)
 			return fmt.Errorf("mount not ready after %s; stopped it (log: %s)", daemonTimeout, logPath)

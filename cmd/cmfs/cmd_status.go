@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/cmfs-project/cmfs/internal/cli"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -94,6 +96,6 @@ func runStatus(ctx context.Context, g *globalOptions, opts statusOptions, args [
 	fmt.Fprintf(w, "state:      %s\n", r.State)
 	fmt.Fprintf(w, "cmroot:     %s\n", r.CMRoot)
 	fmt.Fprintf(w, "last event: %d\n", r.LastEventID)
-	fmt.Fprintf(w, "cm entries: %d (%s)\n", r.CMEntries, bytesString(r.CMBytes))
+	fmt.Fprintf(w, "cm entries: %d (%s)\n", r.CMEntries, cli.Bytes(r.CMBytes))
 	return nil
 }

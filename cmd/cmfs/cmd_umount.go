@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/cmfs-project/cmfs/internal/cli"
+
 	"bytes"
 	"context"
 	"errors"
@@ -47,7 +49,7 @@ func runUmount(ctx context.Context, g *globalOptions, _ umountOptions, args []st
 	entry, listed := findMount(mnt)
 	mounted, err := isMountpoint(mnt)
 	if err != nil && !listed {
-		return fmt.Errorf("%s: %w", args[0], unwrapPath(err))
+		return fmt.Errorf("%s: %w", args[0], cli.UnwrapPath(err))
 	}
 	if !mounted && !listed {
 		return fmt.Errorf("%s is not mounted", args[0])
@@ -91,7 +93,7 @@ func mountOwner(m mountEntry, mnt string) int {
 		return 0
 	}
 	for _, state := range []string{filepath.Join(m.Source, cmfs.StateDir), m.Source} {
-		rec, err := readRecord(state)
+		rec, err := cmfs.ReadRecord(state)
 		if err == nil && rec.Mountpoint == mnt && rec.PID > 0 {
 			return rec.PID
 		}

@@ -14,9 +14,9 @@ import (
 	"github.com/cmfs-project/cmfs/journal"
 )
 
-// cli runs the command line in-process and returns its exit code, stdout
+// runCLI runs the command line in-process and returns its exit code, stdout
 // and stderr.
-func cli(t *testing.T, args ...string) (int, string, string) {
+func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	code := run(context.Background(), &globalOptions{stdout: &out, stderr: &errb}, args)
@@ -83,7 +83,7 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, _, stderr := cli(t, tt.args...)
+			code, _, stderr := runCLI(t, tt.args...)
 			if code == 0 {
 				t.Fatalf("exit 0, want failure; stderr %q", stderr)
 			}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/cmfs-project/cmfs/internal/cli"
+
 	"bufio"
 	"errors"
 	"fmt"
@@ -127,7 +129,7 @@ func checkMountpoint(mnt, backing, state string) (string, error) {
 	if err := syscall.Stat(abs, &st); errors.Is(err, syscall.ENOTCONN) {
 		return "", fmt.Errorf("mountpoint %s is busy: a dead FUSE mount is still there (run: cmfs umount %s)", mnt, mnt)
 	}
-	dir, err := directory("mountpoint", mnt)
+	dir, err := cli.Directory("mountpoint", mnt)
 	if err != nil {
 		return "", err
 	}

@@ -1,10 +1,9 @@
 package main
 
 import (
-	"github.com/cmfs-project/cmfs/internal/durable"
+	"github.com/cmfs-project/cmfs/internal/cli"
 
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,8 +21,7 @@ import (
 
 // Files the CLI keeps in the state directory, next to fs's.
 const (
-	recordFile = "mount.json" // the latest mount's configuration
-	logFile    = "cmfs.log"   // stderr of a --daemon mount
+	logFile = "cmfs.log" // stderr of a --daemon mount
 )
 
 // maxSocketPath is the longest path a unix socket can bind (sun_path is
@@ -45,7 +43,7 @@ func (o *stateOptions) addFlags(cmd *cobra.Command) {
 type target struct {
 	state   string
 	backing string
-	record  record // zero unless the state has been mounted before
+	record  cmfs.Record // zero unless the state has been mounted before
 }
 
 // resolve picks the state directory from --state or the first argument
@@ -66,7 +64,7 @@ func (o *stateOptions) resolve(args []string, keepRest bool) (target, []string, 
 	case len(args) == 0:
 		return t, nil, errors.New("which mount? give BACKING or --state DIR")
 	default:
-		backing, err := directory("backing directory", args[0])
+		backing, err := cli.Directory("backing directory", args[0])
 		if err != nil {
 			return t, nil, err
 		}
@@ -76,7 +74,7 @@ func (o *stateOptions) resolve(args []string, keepRest bool) (target, []string, 
 			return t, nil, fmt.Errorf("unexpected argument %q", args[0])
 		}
 	}
-	rec, err := readRecord(t.state)
+	rec, err := cmfs.ReadRecord(t.state)
 	if err != nil {
 		return t, nil, err
 	}
@@ -94,79 +92,6 @@ func (t target) cmroot() string {
 		return t.record.CMRoot
 	}
 	return filepath.Join(t.state, cmfs.CMRootDir)
-}
-
-// directory returns the absolute, symlink-free path of an existing directory.
-func directory(what, p string) (string, error) {
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return "", fmt.Errorf("%s %s: %w", what, p, err)
-	}
-	fi, err := os.Stat(abs)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("%s %s does not exist", what, p)
-	}
-	if err != nil {
-		return "", fmt.Errorf("%s %s: %w", what, p, unwrapPath(err))
-	}
-	if !fi.IsDir() {
-		return "", fmt.Errorf("%s %s is not a directory", what, p)
-	}
-	return filepath.EvalSymlinks(abs)
-}
-
-// unwrapPath drops the *fs.PathError wrapper whose path the caller's
-// message already names.
-func unwrapPath(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
-}
-
-// record is what a mount writes into its state directory so that the
-// unmounted commands, given only --state, find the backing directory
-// and cmroot again.
-type record struct {
-	Backing    string `json:"backing"`
-	Mountpoint string `json:"mountpoint"`
-	CMRoot     string `json:"cmroot"`
-	Retain     string `json:"retain"`
-	PID        int    `json:"pid"`
-}
-
-func readRecord(state string) (record, error) {
-	var r record
-	b, err := os.ReadFile(filepath.Join(state, recordFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return r, nil
-	}
-	if err != nil {
-		return r, fmt.Errorf("read mount record: %w", err)
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("mount record %s: %w", filepath.Join(state, recordFile), err)
-	}
-	return r, nil
-}
-
-func (r record) retain() time.Duration {
-	d, err := time.ParseDuration(r.Retain)
-	if err != nil || d <= 0 {
-		return cmroot.DefaultRetain
-	}
-	return d
-}
-
-// writeRecord writes the record durably: temp file, fsync, rename, fsync
-// the directory.
-func writeRecord(state string, r record) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	return durable.WriteFile(filepath.Join(state, recordFile), append(b, '\n'), 0o600)
 }
 
 // live returns a client and the mount's status when a mount answers on
@@ -193,7 +118,7 @@ func openJournal(t target) (*journal.Log, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("no cmfs journal in %s (never mounted?)", t.state)
 		}
-		return nil, fmt.Errorf("journal %s: %w", path, unwrapPath(err))
+		return nil, fmt.Errorf("journal %s: %w", path, cli.UnwrapPath(err))
 	}
 	j, err := journal.Open(path, journal.Options{ReadOnly: true, LockTimeout: time.Second})
 	if errors.Is(err, journal.ErrLocked) {
@@ -212,9 +137,9 @@ func openStore(t target) (*cmroot.Store, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("no cmroot at %s (never mounted?)", dir)
 		}
-		return nil, fmt.Errorf("cmroot %s: %w", dir, unwrapPath(err))
+		return nil, fmt.Errorf("cmroot %s: %w", dir, cli.UnwrapPath(err))
 	}
-	s, err := cmroot.Open(dir, cmroot.Options{Retain: t.record.retain()})
+	s, err := cmroot.Open(dir, cmroot.Options{Retain: t.record.Retention()})
 	if err != nil {
 		return nil, fmt.Errorf("open cmroot %s: %w", dir, err)
 	}

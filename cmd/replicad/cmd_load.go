@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/cmfs-project/cmfs/internal/cli"
+
 	"context"
 	"errors"
 	"fmt"
@@ -75,7 +77,7 @@ func runLoad(ctx context.Context, g *globalOptions, opts loadOptions, _ []string
 	if (opts.source == "") == (opts.sourceState == "") {
 		return errors.New("give exactly one of --source ADDR and --source-state DIR")
 	}
-	dump, err := directory("dump", opts.dump)
+	dump, err := cli.Directory("dump", opts.dump)
 	if err != nil {
 		return err
 	}
@@ -127,7 +129,7 @@ func runLoad(ctx context.Context, g *globalOptions, opts loadOptions, _ []string
 		return printJSON(g, r)
 	}
 	fmt.Fprintf(g.stdout, "loaded %s into %s: events %d..%d, %d applied, %d files, %s\n",
-		dump, target, r.From, r.To, r.Applied, r.Files, bytesString(r.Bytes))
+		dump, target, r.From, r.To, r.Applied, r.Files, cli.Bytes(r.Bytes))
 	if r.Missing > 0 {
 		fmt.Fprintf(g.stdout, "%d files raced with the bootstrap and were left to later events\n", r.Missing)
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/cmfs-project/cmfs/internal/cli"
+
 	"context"
 	"errors"
 	"fmt"
@@ -52,7 +54,7 @@ func runStatus(_ context.Context, g *globalOptions, opts statusOptions, _ []stri
 	if opts.target == "" {
 		return errors.New("which destination? give --target DIR")
 	}
-	target, err := directory("target", opts.target)
+	target, err := cli.Directory("target", opts.target)
 	if err != nil {
 		return err
 	}

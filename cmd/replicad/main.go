@@ -9,14 +9,12 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cmfs-project/cmfs/internal/cli"
 )
 
 // globalOptions are the writers every command prints to.
@@ -26,7 +24,7 @@ type globalOptions struct {
 }
 
 func newRootCmd(g *globalOptions) *cobra.Command {
-	root := &cobra.Command{
+	root := cli.Root(&cobra.Command{
 		Use:   "replicad",
 		Short: "Dump, serve and load a cmfs warehouse's changes with exact point-in-time state",
 		Long: `replicad is the sidecar of a cmfs mount. At the source it turns the cmfs
@@ -34,18 +32,7 @@ journal into dumps (metadata only: files are listed, never copied) and
 serves the warehouse's files and journal to destinations; at a destination
 it applies dumps event by event, fetching every file once from the live
 tree or, when it changed since, from cmfs's cmroot.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		// No args to the root itself: "replicad foo" must not print help and exit 0.
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
-	}
-	root.SetOut(g.stdout)
-	root.SetErr(g.stderr)
-	root.CompletionOptions.DisableDefaultCmd = true
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return fmt.Errorf("%s: %w (see '%s --help')", cmd.Name(), err, cmd.CommandPath())
-	})
+	}, g.stdout, g.stderr)
 	root.AddCommand(
 		newServeCmd(g),
 		newDumpCmd(g),
@@ -58,26 +45,11 @@ tree or, when it changed since, from cmfs's cmroot.`,
 
 // run executes the command line and returns the process exit code.
 func run(ctx context.Context, g *globalOptions, args []string) int {
-	root := newRootCmd(g)
-	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
-	if err == nil {
-		return 0
-	}
-	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-		fmt.Fprintf(g.stderr, "replicad: interrupted\n")
-		return 130
-	}
-	fmt.Fprintf(g.stderr, "replicad: %v\n", err)
-	return 1
+	return cli.Run(ctx, "replicad", newRootCmd(g), g.stderr, args)
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// After the first signal the default action comes back: a second
-	// Ctrl-C ends a command that is slow to wind down.
-	context.AfterFunc(ctx, stop)
-	code := run(ctx, &globalOptions{stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:])
-	stop()
-	os.Exit(code)
+	cli.Main(func(ctx context.Context) int {
+		return run(ctx, &globalOptions{stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:])
+	})
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/cmfs-project/cmfs/journal"
 )
 
-// cli runs the command line in-process and returns its exit code, stdout
+// runCLI runs the command line in-process and returns its exit code, stdout
 // and stderr.
-func cli(t *testing.T, args ...string) (int, string, string) {
+func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	code := run(context.Background(), &globalOptions{stdout: &out, stderr: &errb}, args)
@@ -92,7 +92,7 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, _, stderr := cli(t, tt.args...)
+			code, _, stderr := runCLI(t, tt.args...)
 			if code == 0 {
 				t.Fatalf("exit 0, want failure; stderr %q", stderr)
 			}
@@ -115,7 +115,7 @@ func writeRecord(t *testing.T, state, backing string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(state, recordFile), b, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(state, cmfs.RecordFile), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -234,7 +234,7 @@ func TestDumpLoadUnmounted(t *testing.T) {
 	if fresh != (statusReport{}) {
 		t.Errorf("status of a fresh target = %+v", fresh)
 	}
-	if code, _, stderr := cli(t, "dump", "--state", state, "--out", dumps, "--from", "4"); code == 0 || !strings.Contains(stderr, "journal ends at 3") {
+	if code, _, stderr := runCLI(t, "dump", "--state", state, "--out", dumps, "--from", "4"); code == 0 || !strings.Contains(stderr, "journal ends at 3") {
 		t.Errorf("dump past the end: exit %d, stderr %q", code, stderr)
 	}
 }
@@ -242,7 +242,7 @@ func TestDumpLoadUnmounted(t *testing.T) {
 // runJSON runs a command that must succeed and decodes its JSON output.
 func runJSON(t *testing.T, v any, args ...string) {
 	t.Helper()
-	code, stdout, stderr := cli(t, args...)
+	code, stdout, stderr := runCLI(t, args...)
 	if code != 0 {
 		t.Fatalf("%v: exit %d, stderr %q", args, code, stderr)
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/cmfs-project/cmfs/internal/cli"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,17 +18,6 @@ import (
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 )
-
-// recordFile is the file every cmfs mount writes into its state directory
-// (cmd/cmfs/state.go): the backing directory and cmroot of the latest
-// mount, which is how a command given only --state finds them.
-const recordFile = "mount.json"
-
-// record is the part of cmfs's mount record replicad reads.
-type record struct {
-	Backing string `json:"backing"`
-	CMRoot  string `json:"cmroot"`
-}
 
 // mount is a cmfs-protected warehouse on this machine: its state
 // directory, backing directory (the warehouse root) and cmroot.
@@ -45,7 +36,7 @@ func resolveMount(state, backing string) (mount, error) {
 		return m, errors.New("which warehouse? give --state DIR")
 	}
 	if backing != "" {
-		b, err := directory("backing directory", backing)
+		b, err := cli.Directory("backing directory", backing)
 		if err != nil {
 			return m, err
 		}
@@ -54,28 +45,21 @@ func resolveMount(state, backing string) (mount, error) {
 			state = filepath.Join(b, cmfs.StateDir)
 		}
 	}
-	s, err := directory("state directory", state)
+	s, err := cli.Directory("state directory", state)
 	if err != nil {
 		return m, err
 	}
 	m.state = s
-	var rec record
-	b, err := os.ReadFile(filepath.Join(s, recordFile))
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return m, fmt.Errorf("read mount record: %w", err)
-	default:
-		if err := json.Unmarshal(b, &rec); err != nil {
-			return m, fmt.Errorf("mount record %s: %w", filepath.Join(s, recordFile), err)
-		}
+	rec, err := cmfs.ReadRecord(s)
+	if err != nil {
+		return m, err
 	}
 	if m.backing == "" {
 		if rec.Backing == "" {
-			return m, fmt.Errorf("state directory %s has no %s (never mounted?): give --backing DIR", state, recordFile)
+			return m, fmt.Errorf("state directory %s has no %s (never mounted?): give --backing DIR", state, cmfs.RecordFile)
 		}
-		if m.backing, err = directory("backing directory", rec.Backing); err != nil {
-			return m, fmt.Errorf("%w (from %s)", err, filepath.Join(s, recordFile))
+		if m.backing, err = cli.Directory("backing directory", rec.Backing); err != nil {
+			return m, fmt.Errorf("%w (from %s)", err, filepath.Join(s, cmfs.RecordFile))
 		}
 	}
 	m.cmroot = rec.CMRoot
@@ -114,7 +98,7 @@ func openEvents(ctx context.Context, m mount) (repl.Events, func() error, error)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, fmt.Errorf("no cmfs journal in %s (never mounted?)", m.state)
 		}
-		return nil, nil, fmt.Errorf("journal %s: %w", path, unwrapPath(err))
+		return nil, nil, fmt.Errorf("journal %s: %w", path, cli.UnwrapPath(err))
 	}
 	j, err := journal.Open(path, journal.Options{ReadOnly: true, LockTimeout: time.Second})
 	if errors.Is(err, journal.ErrLocked) {
@@ -175,25 +159,6 @@ func (t skipTree) Walk(ctx context.Context, fn func(path string, isDir bool, siz
 	})
 }
 
-// directory returns the absolute, symlink-free path of an existing directory.
-func directory(what, p string) (string, error) {
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return "", fmt.Errorf("%s %s: %w", what, p, err)
-	}
-	fi, err := os.Stat(abs)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("%s %s does not exist", what, p)
-	}
-	if err != nil {
-		return "", fmt.Errorf("%s %s: %w", what, p, unwrapPath(err))
-	}
-	if !fi.IsDir() {
-		return "", fmt.Errorf("%s %s is not a directory", what, p)
-	}
-	return filepath.EvalSymlinks(abs)
-}
-
 // makeDirectory is directory for a directory that is created if missing
 // (its parent must exist).
 func makeDirectory(what, p string) (string, error) {
@@ -205,19 +170,9 @@ func makeDirectory(what, p string) (string, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", fmt.Errorf("%s %s cannot be created: %s does not exist", what, p, filepath.Dir(abs))
 		}
-		return "", fmt.Errorf("%s %s cannot be created: %w", what, p, unwrapPath(err))
+		return "", fmt.Errorf("%s %s cannot be created: %w", what, p, cli.UnwrapPath(err))
 	}
-	return directory(what, abs)
-}
-
-// unwrapPath drops the *fs.PathError wrapper whose path the caller's
-// message already names.
-func unwrapPath(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
+	return cli.Directory(what, abs)
 }
 
 // printJSON prints v as one JSON object and a newline.
@@ -228,19 +183,4 @@ func printJSON(g *globalOptions, v any) error {
 	}
 	_, err = fmt.Fprintf(g.stdout, "%s\n", b)
 	return err
-}
-
-// bytesString prints a byte count exactly and, when large, in binary
-// units (as cmfs does).
-func bytesString(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d bytes", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%d bytes (%.1f %ciB)", n, float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -1,0 +1,125 @@
+// Package cli holds what the project's commands (cmfs, replicad) share:
+// running a cobra command tree with one-line errors and exit codes, and the
+// small helpers their argument checks and output use.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// ExitError carries an exit code for a failure whose message is already
+// out (fsck printed its report), or that is not a failure at all. An empty
+// Msg prints nothing.
+type ExitError struct {
+	Code int
+	Msg  string
+}
+
+func (e *ExitError) Error() string { return e.Msg }
+
+// Root sets up a command tree's root the way every command here wants it:
+// errors returned, not printed by cobra; no help for a bare stray argument;
+// flag errors that name the command.
+func Root(root *cobra.Command, stdout, stderr io.Writer) *cobra.Command {
+	root.SilenceUsage = true
+	root.SilenceErrors = true
+	// No args to the root itself: "cmd foo" must not print help and exit 0.
+	root.Args = cobra.NoArgs
+	root.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return fmt.Errorf("%s: %w (see '%s --help')", cmd.Name(), err, cmd.CommandPath())
+	})
+	return root
+}
+
+// Run executes root with args and returns the process exit code: 0, the
+// code of an ExitError, 130 when interrupted, 1 for any other error, which
+// it prints as one line "name: error" on stderr.
+func Run(ctx context.Context, name string, root *cobra.Command, stderr io.Writer, args []string) int {
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		if ee.Msg != "" {
+			fmt.Fprintf(stderr, "%s: %s\n", name, ee.Msg)
+		}
+		return ee.Code
+	}
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		fmt.Fprintf(stderr, "%s: interrupted\n", name)
+		return 130
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	return 1
+}
+
+// Main runs run with a context that SIGINT and SIGTERM cancel, and exits
+// with its code. After the first signal the default action comes back: a
+// second Ctrl-C ends a command that is slow to wind down.
+func Main(run func(ctx context.Context) int) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
+	code := run(ctx)
+	stop()
+	os.Exit(code)
+}
+
+// Directory returns the absolute, symlink-free path of an existing
+// directory, or an error that names what it is for.
+func Directory(what, p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", what, p, err)
+	}
+	fi, err := os.Stat(abs)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%s %s does not exist", what, p)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", what, p, UnwrapPath(err))
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%s %s is not a directory", what, p)
+	}
+	return filepath.EvalSymlinks(abs)
+}
+
+// UnwrapPath drops the *fs.PathError wrapper whose path the caller's
+// message already names.
+func UnwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// Bytes prints a byte count exactly and, when large, in binary units.
+func Bytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%d bytes (%.1f %ciB)", n, float64(n)/float64(div), "KMGTPE"[exp])
+}
