@@ -13,12 +13,16 @@ import (
 // replModelOps is how many warehouse operations a model test applies.
 const replModelOps = 300
 
-// TestReplModelServe applies seeded random warehouse operations through a
-// cmfs mount, recording the source tree after each one, then cuts dumps
-// at random event ids (consecutive ranges from event 1) and loads them in
-// order, fetching through `replicad serve`: after each load the target
-// must equal the source as it was at the dump's last event, byte for
-// byte. Rerun a failure with -seed.
+// TestReplModel applies seeded random warehouse operations through a cmfs
+// mount, recording the source tree after each one, then cuts dumps at
+// random event ids (consecutive ranges from event 1) and loads them in
+// order, fetching with --source-state: after each load the target must
+// equal the source as it was at the dump's last event, byte for byte.
+// Rerun a failure with -seed.
+func TestReplModel(t *testing.T) { replModel(t, false) }
+
+// TestReplModelServe is TestReplModel with every file fetched through
+// `replicad serve` (load --source).
 func TestReplModelServe(t *testing.T) { replModel(t, true) }
 
 // replModel is the model test; viaServe fetches every file through
