@@ -1,8 +1,6 @@
 package repl
 
 import (
-	"github.com/cmfs-project/cmfs/internal/durable"
-
 	"context"
 	"errors"
 	"fmt"
@@ -243,7 +241,7 @@ func (l *loader) symlink(rel, target string) error {
 		os.Remove(tmp)
 		return err
 	}
-	return durable.SyncDir(filepath.Dir(p))
+	return nil // durable with the next state (writeState)
 }
 
 // holds says whether the target already has f's content at f.Path.
@@ -302,9 +300,6 @@ func (l *loader) put(f journal.File) error {
 	if err := tmp.Chmod(0o644); err != nil {
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
 	if err := os.Rename(tmp.Name(), p); err != nil {
 		if !l.fuzzy {
 			return err
@@ -320,7 +315,7 @@ func (l *loader) put(f journal.File) error {
 	}
 	l.res.Files++
 	l.res.Bytes += f.Size
-	return durable.SyncDir(filepath.Dir(p))
+	return nil // durable with the next state (writeState)
 }
 
 // stage copies f's content from the fetcher into tmp, checking size and

@@ -81,9 +81,16 @@
 //
 // # Target state
 //
-// <target>/.replstate, JSON written durably (temp, fsync, rename, fsync
-// dir) after every applied event: {"last_repl_id":N,"dump":"<dir>",
+// <target>/.replstate, JSON: {"last_repl_id":N,"dump":"<dir>",
 // "time":"…"[,"source":…][,"fuzzy_until":K][,"bootstrapping":…]}.
+// Content is staged, verified and renamed into place event by event;
+// durability is grouped: at least every 256 MiB of content and every
+// second, and before a load returns (also on error), one syncfs makes
+// everything applied durable and only then is .replstate written
+// (temp, fsync, rename, fsync dir). The state therefore never claims an
+// event a power loss could take back; after a crash the target may hold
+// effects of events past last_repl_id, which a rerun re-applies
+// idempotently (content already in place is not fetched again).
 // <target>/.repl-staging holds content being fetched; it is emptied at the
 // start and removed at the end of every load. Both names are reserved at
 // the target's root.
@@ -95,8 +102,8 @@
 // skipped and counted in LoadResult.Missing; a rename whose both ends
 // exist keeps the destination), and the target is exact from walk_end on.
 // Content that a later event renamed away (renames preserve nothing in
-// cmroot) cannot be fetched by a load that lags behind the rename: the
-// load fails with ErrNoCopy outside the tolerant window. Mode, owner and
+// cmroot) is looked for under the names later RENAME and LINK events gave
+// it (LocalFetcher.Moved; the source service does the same). Mode, owner and
 // times are not replicated: files are 0644, directories 0755. An exchange
 // rename of two directories applied twice (a crash between the rename and
 // the state update) swaps them back.

@@ -125,25 +125,44 @@ func load(ctx context.Context, dumpDir, target string, fetch Fetcher, opts LoadO
 	if err != nil {
 		return res, err
 	}
+	// The state advances durably once per stretch of events (syncBytes,
+	// syncEvery), and always before returning: a failure leaves it at the
+	// last event applied in full, and a rerun re-applies what came after,
+	// idempotently.
+	applied, since, lastSync := st.LastReplID, res.Bytes, time.Now()
+	record := func() error {
+		if applied == st.LastReplID {
+			return nil
+		}
+		st.LastReplID, st.Dump = applied, dumpDir
+		since, lastSync = res.Bytes, time.Now()
+		return writeState(target, st)
+	}
 	for _, id := range ids {
 		if id <= st.LastReplID {
 			continue
 		}
-		if err := ctx.Err(); err != nil {
-			return res, err
+		err := ctx.Err()
+		if err == nil {
+			l.fuzzy, l.event = id <= st.FuzzyUntil, id
+			err = l.applyDir(filepath.Join(dumpDir, EventDirName(id)), id)
 		}
-		l.fuzzy, l.event = id <= st.FuzzyUntil, id
-		if err := l.applyDir(filepath.Join(dumpDir, EventDirName(id)), id); err != nil {
-			return res, err
+		if err != nil {
+			return res, errors.Join(err, record())
 		}
-		st.LastReplID, st.Dump = id, dumpDir
-		if err := writeState(target, st); err != nil {
-			return res, err
-		}
+		applied = id
 		res.Applied++
 		if l.prog != nil {
 			l.prog.Event(id)
 		}
+		if res.Bytes-since >= syncBytes || time.Since(lastSync) >= syncEvery {
+			if err := record(); err != nil {
+				return res, err
+			}
+		}
+	}
+	if err := record(); err != nil {
+		return res, err
 	}
 	if st.LastReplID < md.To {
 		// Filtered events, or none at the end of the range: the target
@@ -155,6 +174,13 @@ func load(ctx context.Context, dumpDir, target string, fetch Fetcher, opts LoadO
 	}
 	return res, nil
 }
+
+// A load makes what it applied durable, and advances the target's state,
+// at least every syncBytes of content and every syncEvery.
+const (
+	syncBytes = 256 << 20
+	syncEvery = time.Second
+)
 
 // eventDirs lists the event directories of an INCREMENTAL dump in id
 // order, refusing anything else.
