@@ -90,6 +90,9 @@ func replBootstrapRacing(t *testing.T, viaServe bool) {
 		t.Fatalf("%s/_finished_dump: %v", boot.Dump, err)
 	}
 	t.Logf("bootstrap pinned to event %d; the walk ended at %d (%d writer ops so far)", boot.To, fin.WalkEnd, ops.Load())
+	if want := fmt.Sprintf("bootstrap-%d", boot.To); filepath.Base(boot.Dump) != want {
+		t.Errorf("bootstrap dump %s pinned to event %d: named for another event (want %s)", boot.Dump, boot.To, want)
+	}
 	if fin.WalkEnd <= boot.To {
 		t.Logf("no event raced with the walk this time")
 	}

@@ -108,6 +108,14 @@ func runDump(ctx context.Context, g *globalOptions, opts dumpOptions, _ []string
 	if err != nil {
 		return err
 	}
+	if res.Kind == repl.Bootstrap {
+		// The dump pins its own to, which may be past the one the name
+		// was made from: name the finished dump after what it holds.
+		named := filepath.Join(filepath.Dir(res.Dir), dumpName(res.Kind, 0, res.To, do.DB, do.Table))
+		if named != res.Dir && os.Rename(res.Dir, named) == nil {
+			res.Dir = named
+		}
+	}
 	r := dumpReport{Dump: res.Dir, Kind: res.Kind, From: res.From, To: res.To}
 	if opts.json {
 		return printJSON(g, r)
