@@ -148,7 +148,7 @@ func parseSize(s string) (int64, error) {
 }
 
 func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error) {
-	root, err := moduleRoot()
+	root, err := bench.ModuleRoot()
 	if err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return err
 	}
-	if err := cleanRunDir(runDir); err != nil {
+	if err := bench.CleanRunDir(runDir); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(runDir, 0o755); err != nil {
@@ -185,7 +185,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	}
 
 	machine := bench.Describe(runDir)
-	machine.GoFuse = requiredVersion(filepath.Join(root, "go.mod"), "github.com/hanwen/go-fuse/v2")
+	machine.GoFuse = bench.RequiredVersion(filepath.Join(root, "go.mod"), "github.com/hanwen/go-fuse/v2")
 	fmt.Fprintf(stdout, "cmfs benchmark, %s\n\n", time.Now().Format(time.RFC3339))
 	for _, l := range machine.Lines() {
 		fmt.Fprintln(stdout, "  "+l)
@@ -308,7 +308,7 @@ func prepare(ctx context.Context, root, work, runDir string, opts options) ([]be
 			desc[name] = "the backing directory itself, no FUSE"
 		case bench.LoopbackName:
 			bin := filepath.Join(work, "loopbackfs")
-			if err := goBuild(ctx, root, bin, "./bench/cmd/loopbackfs"); err != nil {
+			if err := bench.GoBuild(ctx, root, bin, "./bench/cmd/loopbackfs"); err != nil {
 				notes = append(notes, fmt.Sprintf("%s: not measured: %v", name, err))
 				desc[name] = "n/a (build failed)"
 				continue
@@ -336,7 +336,7 @@ func prepare(ctx context.Context, root, work, runDir string, opts options) ([]be
 			bin := opts.cmfs
 			if bin == "" {
 				bin = filepath.Join(work, "cmfs")
-				if err := goBuild(ctx, root, bin, "./cmd/cmfs"); err != nil {
+				if err := bench.GoBuild(ctx, root, bin, "./cmd/cmfs"); err != nil {
 					notes = append(notes, fmt.Sprintf("cmfs: not measured, n/a: %v", err))
 					desc[name] = "n/a (./cmd/cmfs does not build)"
 					continue
@@ -351,15 +351,6 @@ func prepare(ctx context.Context, root, work, runDir string, opts options) ([]be
 		}
 	}
 	return impls, desc, notes
-}
-
-func goBuild(ctx context.Context, root, out, pkg string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w: %s", pkg, err, firstLines(string(b), 4))
-	}
-	return nil
 }
 
 // exampleDir holds libfuse's examples as Debian's libfuse3-dev ships them.
@@ -385,7 +376,7 @@ func buildPassthrough(ctx context.Context, work string) (string, error) {
 	bin := filepath.Join(work, "passthrough_ll")
 	args := append([]string{"-O2", "-Wall", "-o", bin, filepath.Join(src, "passthrough_ll.c")}, strings.Fields(string(flags))...)
 	if out, err := exec.CommandContext(ctx, "cc", args...).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("cc passthrough_ll.c: %w: %s", err, firstLines(string(out), 4))
+		return "", fmt.Errorf("cc passthrough_ll.c: %w: %s", err, bench.FirstLines(string(out), 4))
 	}
 	return bin, nil
 }
@@ -413,14 +404,14 @@ func journalRow(ctx context.Context, work, runDir string, writers, events int, l
 	}
 	root := filepath.Dir(work)
 	bin := filepath.Join(work, "journalbench")
-	if err := goBuild(ctx, root, bin, "./bench/cmd/journalbench"); err != nil {
+	if err := bench.GoBuild(ctx, root, bin, "./bench/cmd/journalbench"); err != nil {
 		row.Fail(bench.CmfsName, err)
 		return row
 	}
 	dir := filepath.Join(runDir, "journal")
 	out, err := exec.CommandContext(ctx, bin, "-dir", dir, "-writers", fmt.Sprint(writers), "-events", fmt.Sprint(events)).CombinedOutput()
 	if err != nil {
-		row.Fail(bench.CmfsName, fmt.Errorf("journalbench: %w: %s", err, firstLines(string(out), 3)))
+		row.Fail(bench.CmfsName, fmt.Errorf("journalbench: %w: %s", err, bench.FirstLines(string(out), 3)))
 		logf("[%s] cmfs: %v", row.Name, err)
 		return row
 	}
@@ -467,59 +458,4 @@ func raiseFileLimit() (uint64, error) {
 		}
 	}
 	return want.Cur, nil
-}
-
-// cleanRunDir unmounts whatever a previous, interrupted run left mounted
-// under dir and removes it.
-func cleanRunDir(dir string) error {
-	left, err := bench.FUSEMountsUnder(dir)
-	if err != nil {
-		return err
-	}
-	for _, mnt := range left {
-		if err := bench.Unmount(mnt); err != nil {
-			return fmt.Errorf("left over from an earlier run: %w", err)
-		}
-	}
-	return os.RemoveAll(dir)
-}
-
-// requiredVersion returns the version of module that go.mod requires.
-func requiredVersion(gomod, module string) string {
-	b, err := os.ReadFile(gomod)
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
-		if len(f) >= 2 && f[0] == module {
-			return f[1]
-		}
-	}
-	return ""
-}
-
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory: run from the module")
-		}
-		dir = parent
-	}
-}
-
-func firstLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = append(lines[:n], "...")
-	}
-	return strings.Join(lines, " | ")
 }

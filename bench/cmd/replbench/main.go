@@ -175,7 +175,7 @@ type runner struct {
 }
 
 func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error) {
-	root, err := moduleRoot()
+	root, err := bench.ModuleRoot()
 	if err != nil {
 		return err
 	}
@@ -187,7 +187,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	if dir, err = filepath.Abs(dir); err != nil {
 		return err
 	}
-	if err := cleanDir(dir); err != nil {
+	if err := bench.CleanRunDir(dir); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -219,7 +219,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	r.logf("building...")
 	if r.cmfs = opts.cmfs; r.cmfs == "" {
 		r.cmfs = filepath.Join(work, "cmfs")
-		if err := goBuild(ctx, root, r.cmfs, "./cmd/cmfs"); err != nil {
+		if err := bench.GoBuild(ctx, root, r.cmfs, "./cmd/cmfs"); err != nil {
 			return err
 		}
 	}
@@ -230,7 +230,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 		r.replicad = opts.replicad
 	default:
 		bin := filepath.Join(work, "replicad")
-		if err := goBuild(ctx, root, bin, "./cmd/replicad"); err != nil {
+		if err := bench.GoBuild(ctx, root, bin, "./cmd/replicad"); err != nil {
 			r.notes = append(r.notes, fmt.Sprintf("replicad CLI not used (%v): the gRPC load and the follower ran in this process on source.Server, source.Client, repl.Dump and repl.Load", err))
 		} else {
 			r.replicad = bin
@@ -238,7 +238,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	}
 
 	machine := bench.Describe(dir)
-	machine.GoFuse = requiredVersion(filepath.Join(root, "go.mod"), "github.com/hanwen/go-fuse/v2")
+	machine.GoFuse = bench.RequiredVersion(filepath.Join(root, "go.mod"), "github.com/hanwen/go-fuse/v2")
 	fmt.Fprintf(stdout, "replication benchmark, %s\n\n", time.Now().Format(time.RFC3339))
 	for _, l := range machine.Lines() {
 		fmt.Fprintln(stdout, "  "+l)
@@ -404,7 +404,7 @@ func (r *runner) bootstrapRows(ctx context.Context) []*bench.ReplRow {
 		d := time.Since(start)
 		switch {
 		case err != nil:
-			row.FailBase(fmt.Errorf("%s: %w: %s", script, err, firstLines(string(out), 3)))
+			row.FailBase(fmt.Errorf("%s: %w: %s", script, err, bench.FirstLines(string(out), 3)))
 		case row == walk && strings.TrimSpace(string(out)) != want:
 			row.FailBase(fmt.Errorf("%s counted %q files, want %s", script, strings.TrimSpace(string(out)), want))
 		default:
@@ -573,8 +573,8 @@ func (r *runner) loadRows(ctx context.Context) []*bench.ReplRow {
 				}
 				d := time.Since(start)
 				if err != nil {
-					local.FailBase(fmt.Errorf("cp -a: %w: %s", err, firstLines(string(out), 3)))
-					grpc.FailBase(fmt.Errorf("cp -a: %w: %s", err, firstLines(string(out), 3)))
+					local.FailBase(fmt.Errorf("cp -a: %w: %s", err, bench.FirstLines(string(out), 3)))
+					grpc.FailBase(fmt.Errorf("cp -a: %w: %s", err, bench.FirstLines(string(out), 3)))
 					break
 				}
 				local.AddBase(d.Seconds())
@@ -630,11 +630,11 @@ func (r *runner) loadCLI(ctx context.Context, dump, target, addr string) (repl.L
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return repl.LoadResult{}, fmt.Errorf("replicad load: %w: %s", err, firstLines(stderr.String(), 3))
+		return repl.LoadResult{}, fmt.Errorf("replicad load: %w: %s", err, bench.FirstLines(stderr.String(), 3))
 	}
 	var res repl.LoadResult
 	if err := json.Unmarshal(out, &res); err != nil {
-		return repl.LoadResult{}, fmt.Errorf("replicad load --json printed %q: %w", firstLines(string(out), 2), err)
+		return repl.LoadResult{}, fmt.Errorf("replicad load --json printed %q: %w", bench.FirstLines(string(out), 2), err)
 	}
 	return res, nil
 }
@@ -1129,45 +1129,6 @@ func (r *runner) stopAll() {
 
 // --- helpers ---
 
-func goBuild(ctx context.Context, root, out, pkg string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w: %s", pkg, err, firstLines(string(b), 4))
-	}
-	return nil
-}
-
-// cleanDir unmounts whatever an interrupted run left mounted under dir
-// and removes it.
-func cleanDir(dir string) error {
-	left, err := bench.FUSEMountsUnder(dir)
-	if err != nil {
-		return err
-	}
-	for _, mnt := range left {
-		if err := bench.Unmount(mnt); err != nil {
-			return fmt.Errorf("left over from an earlier run: %w", err)
-		}
-	}
-	return os.RemoveAll(dir)
-}
-
-// requiredVersion returns the version of module that go.mod requires.
-func requiredVersion(gomod, module string) string {
-	b, err := os.ReadFile(gomod)
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
-		if len(f) >= 2 && f[0] == module {
-			return f[1]
-		}
-	}
-	return ""
-}
-
 // readChars returns the bytes process pid has read through read(2) and
 // the like (rchar in /proc/PID/io): what a source service read, files
 // and requests alike.
@@ -1183,31 +1144,6 @@ func readChars(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/proc/%d/io: no rchar", pid)
-}
-
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory: run from the module")
-		}
-		dir = parent
-	}
-}
-
-func firstLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = append(lines[:n], "...")
-	}
-	return strings.Join(lines, " | ")
 }
 
 func tail(path string) string {

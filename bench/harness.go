@@ -1,0 +1,82 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// What the benchmark programs (cmd/cmfsbench, cmd/replbench) share to set
+// themselves up.
+
+// GoBuild builds pkg of the module at root into out.
+func GoBuild(ctx context.Context, root, out, pkg string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w: %s", pkg, err, FirstLines(string(b), 4))
+	}
+	return nil
+}
+
+// CleanRunDir unmounts whatever an interrupted run left mounted under dir
+// and removes it.
+func CleanRunDir(dir string) error {
+	left, err := FUSEMountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	for _, mnt := range left {
+		if err := Unmount(mnt); err != nil {
+			return fmt.Errorf("left over from an earlier run: %w", err)
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
+// RequiredVersion returns the version of module that go.mod requires.
+func RequiredVersion(gomod, module string) string {
+	b, err := os.ReadFile(gomod)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
+		if len(f) >= 2 && f[0] == module {
+			return f[1]
+		}
+	}
+	return ""
+}
+
+// ModuleRoot returns the directory of the go.mod above the working
+// directory.
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory: run from the module")
+		}
+		dir = parent
+	}
+}
+
+// FirstLines returns the first n lines of s on one line.
+func FirstLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = append(lines[:n], "...")
+	}
+	return strings.Join(lines, " | ")
+}
