@@ -1,13 +1,12 @@
 package source
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/cmfs-project/cmfs/internal/rpcerr"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -51,71 +50,21 @@ func (e *insecureError) Error() string {
 
 func (e *insecureError) Unwrap() error { return ErrInsecure }
 
+// errorCodes is how the package's errors travel to the client.
+var errorCodes = rpcerr.Map{
+	{Err: ErrInvalid, Code: codes.InvalidArgument},
+	{Err: ErrRefused, Code: codes.PermissionDenied},
+	{Err: ErrNotFound, Code: codes.NotFound},
+	{Err: journal.ErrCorrupt, Code: codes.DataLoss},
+	{Err: ErrUnavailable, Code: codes.Unavailable},
+	{Err: journal.ErrLocked, Code: codes.Unavailable},
+	{Err: journal.ErrClosed, Code: codes.Unavailable},
+}
+
 // toStatus translates an error into the gRPC status the client sees. It
 // is the only place server errors are mapped.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	code := codes.Internal
-	switch {
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
-	case errors.Is(err, ErrInvalid):
-		code = codes.InvalidArgument
-	case errors.Is(err, ErrRefused):
-		code = codes.PermissionDenied
-	case errors.Is(err, ErrNotFound):
-		code = codes.NotFound
-	case errors.Is(err, journal.ErrCorrupt):
-		code = codes.DataLoss
-	case errors.Is(err, ErrUnavailable), errors.Is(err, journal.ErrLocked), errors.Is(err, journal.ErrClosed):
-		code = codes.Unavailable
-	}
-	return status.Error(code, err.Error())
-}
-
-// remoteError is a server error as the client sees it: the server's
-// message, unwrapping to the sentinel its code stands for.
-type remoteError struct {
-	msg  string
-	base error
-}
-
-func (e *remoteError) Error() string { return e.msg }
-func (e *remoteError) Unwrap() error { return e.base }
+func toStatus(err error) error { return errorCodes.ToStatus(err) }
 
 // fromStatus turns a gRPC error back into an error that wraps the
 // package's sentinels. It is the only place client errors are mapped.
-func fromStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	st, ok := status.FromError(err)
-	if !ok {
-		return err
-	}
-	var base error
-	switch st.Code() {
-	case codes.Canceled:
-		base = context.Canceled
-	case codes.DeadlineExceeded:
-		base = context.DeadlineExceeded
-	case codes.InvalidArgument:
-		base = ErrInvalid
-	case codes.PermissionDenied:
-		base = ErrRefused
-	case codes.NotFound:
-		base = ErrNotFound
-	case codes.DataLoss:
-		base = journal.ErrCorrupt
-	case codes.Unavailable:
-		base = ErrUnavailable
-	}
-	return &remoteError{msg: st.Message(), base: base}
-}
+func fromStatus(err error) error { return errorCodes.FromStatus(err) }
