@@ -31,6 +31,8 @@ type loader struct {
 	fuzzy bool
 	// event is the id of the event being applied, 0 in a BOOTSTRAP.
 	event uint64
+	// buf carries content from the fetcher to the staging file.
+	buf []byte
 }
 
 // abs returns the target path of a warehouse-relative path, refusing one
@@ -338,7 +340,10 @@ func (l *loader) stage(tmp *os.File, f journal.File) error {
 	defer rc.Close()
 	h := xxhash.New()
 	w := &countWriter{w: io.MultiWriter(tmp, h), prog: l.prog}
-	n, err := io.Copy(w, io.LimitReader(rc, f.Size+1))
+	if l.buf == nil {
+		l.buf = make([]byte, 1<<20) // large reads: fewer syscalls, longer readahead
+	}
+	n, err := io.CopyBuffer(w, io.LimitReader(rc, f.Size+1), l.buf)
 	if err != nil {
 		return err
 	}
