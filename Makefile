@@ -36,6 +36,9 @@ demo: build
 
 proto:
 	protoc -I api \
+		--go_out=api/eventpb --go_opt=paths=source_relative \
+		api/event.proto
+	protoc -I api \
 		--go_out=api/controlpb --go_opt=paths=source_relative \
 		--go-grpc_out=api/controlpb --go-grpc_opt=paths=source_relative \
 		api/control.proto

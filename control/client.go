@@ -109,7 +109,7 @@ func (c *Client) Events(ctx context.Context, from, to uint64, follow bool, fn fu
 			}
 			return fromStatus(err)
 		}
-		if err := fn(eventFromProto(p)); err != nil {
+		if err := fn(*p.Journal()); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,8 @@
 package control
 
 import (
+	"github.com/cmfs-project/cmfs/api/eventpb"
+
 	"context"
 	"errors"
 	"fmt"
@@ -132,12 +134,12 @@ func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*contr
 }
 
 // Events implements controlpb.ControlServer.
-func (s *Server) Events(req *controlpb.EventsRequest, stream grpc.ServerStreamingServer[controlpb.Event]) error {
+func (s *Server) Events(req *controlpb.EventsRequest, stream grpc.ServerStreamingServer[eventpb.Event]) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	defer context.AfterFunc(s.life, cancel)()
 	err := Walk(ctx, s.j, req.From, req.To, req.Follow, func(e *journal.Event) error {
-		return stream.Send(eventToProto(e))
+		return stream.Send(eventpb.FromJournal(e))
 	})
 	if err != nil && s.life.Err() != nil && stream.Context().Err() == nil {
 		// The mount is going away, not the client: end the stream cleanly.

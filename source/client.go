@@ -323,7 +323,7 @@ func (c *Client) events(ctx context.Context, from, to uint64, follow bool, fn fu
 			}
 			return fmt.Errorf("source events: %w", fromStatus(err))
 		}
-		if err := fn(eventFromProto(p)); err != nil {
+		if err := fn(p.Journal()); err != nil {
 			return err
 		}
 	}

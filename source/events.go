@@ -1,6 +1,8 @@
 package source
 
 import (
+	"github.com/cmfs-project/cmfs/api/eventpb"
+
 	"context"
 	"errors"
 	"fmt"
@@ -47,12 +49,12 @@ func (e *fnError) Error() string { return e.err.Error() }
 func (e *fnError) Unwrap() error { return e.err }
 
 // Events implements replpb.SourceServer.
-func (s *Server) Events(req *replpb.EventsRequest, stream grpc.ServerStreamingServer[replpb.Event]) error {
+func (s *Server) Events(req *replpb.EventsRequest, stream grpc.ServerStreamingServer[eventpb.Event]) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	defer context.AfterFunc(s.life, cancel)()
 	err := s.walk(ctx, req.From, req.To, req.Follow, func(e *journal.Event) error {
-		return stream.Send(eventToProto(e))
+		return stream.Send(eventpb.FromJournal(e))
 	})
 	if err != nil && s.life.Err() != nil && stream.Context().Err() == nil {
 		// The server is going away, not the client: end the stream cleanly.

@@ -13,6 +13,7 @@
 package controlpb
 
 import (
+	eventpb "github.com/cmfs-project/cmfs/api/eventpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -223,193 +224,6 @@ func (x *EventsRequest) GetFollow() bool {
 	return false
 }
 
-// Event mirrors journal.Event.
-type Event struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// time_unix_nano is the event time in nanoseconds since the Unix epoch.
-	TimeUnixNano  int64   `protobuf:"varint,2,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
-	Type          string  `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
-	Path          string  `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
-	NewPath       string  `protobuf:"bytes,5,opt,name=new_path,json=newPath,proto3" json:"new_path,omitempty"`
-	Db            string  `protobuf:"bytes,6,opt,name=db,proto3" json:"db,omitempty"`
-	Table         string  `protobuf:"bytes,7,opt,name=table,proto3" json:"table,omitempty"`
-	Partition     string  `protobuf:"bytes,8,opt,name=partition,proto3" json:"partition,omitempty"`
-	Target        string  `protobuf:"bytes,9,opt,name=target,proto3" json:"target,omitempty"`
-	Files         []*File `protobuf:"bytes,10,rep,name=files,proto3" json:"files,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Event) Reset() {
-	*x = Event{}
-	mi := &file_control_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Event) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Event) ProtoMessage() {}
-
-func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Event.ProtoReflect.Descriptor instead.
-func (*Event) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *Event) GetId() uint64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-func (x *Event) GetTimeUnixNano() int64 {
-	if x != nil {
-		return x.TimeUnixNano
-	}
-	return 0
-}
-
-func (x *Event) GetType() string {
-	if x != nil {
-		return x.Type
-	}
-	return ""
-}
-
-func (x *Event) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-func (x *Event) GetNewPath() string {
-	if x != nil {
-		return x.NewPath
-	}
-	return ""
-}
-
-func (x *Event) GetDb() string {
-	if x != nil {
-		return x.Db
-	}
-	return ""
-}
-
-func (x *Event) GetTable() string {
-	if x != nil {
-		return x.Table
-	}
-	return ""
-}
-
-func (x *Event) GetPartition() string {
-	if x != nil {
-		return x.Partition
-	}
-	return ""
-}
-
-func (x *Event) GetTarget() string {
-	if x != nil {
-		return x.Target
-	}
-	return ""
-}
-
-func (x *Event) GetFiles() []*File {
-	if x != nil {
-		return x.Files
-	}
-	return nil
-}
-
-// File mirrors journal.File.
-type File struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	Xxh64         string                 `protobuf:"bytes,3,opt,name=xxh64,proto3" json:"xxh64,omitempty"`
-	Cm            string                 `protobuf:"bytes,4,opt,name=cm,proto3" json:"cm,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *File) Reset() {
-	*x = File{}
-	mi := &file_control_proto_msgTypes[4]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *File) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*File) ProtoMessage() {}
-
-func (x *File) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[4]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use File.ProtoReflect.Descriptor instead.
-func (*File) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{4}
-}
-
-func (x *File) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-func (x *File) GetSize() int64 {
-	if x != nil {
-		return x.Size
-	}
-	return 0
-}
-
-func (x *File) GetXxh64() string {
-	if x != nil {
-		return x.Xxh64
-	}
-	return ""
-}
-
-func (x *File) GetCm() string {
-	if x != nil {
-		return x.Cm
-	}
-	return ""
-}
-
 type FsckRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Repair        bool                   `protobuf:"varint,1,opt,name=repair,proto3" json:"repair,omitempty"`
@@ -419,7 +233,7 @@ type FsckRequest struct {
 
 func (x *FsckRequest) Reset() {
 	*x = FsckRequest{}
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -431,7 +245,7 @@ func (x *FsckRequest) String() string {
 func (*FsckRequest) ProtoMessage() {}
 
 func (x *FsckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -444,7 +258,7 @@ func (x *FsckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckRequest.ProtoReflect.Descriptor instead.
 func (*FsckRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{5}
+	return file_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *FsckRequest) GetRepair() bool {
@@ -476,7 +290,7 @@ type FsckResponse struct {
 
 func (x *FsckResponse) Reset() {
 	*x = FsckResponse{}
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +302,7 @@ func (x *FsckResponse) String() string {
 func (*FsckResponse) ProtoMessage() {}
 
 func (x *FsckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +315,7 @@ func (x *FsckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckResponse.ProtoReflect.Descriptor instead.
 func (*FsckResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{6}
+	return file_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *FsckResponse) GetEntries() int64 {
@@ -577,7 +391,7 @@ type GCRequest struct {
 
 func (x *GCRequest) Reset() {
 	*x = GCRequest{}
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -589,7 +403,7 @@ func (x *GCRequest) String() string {
 func (*GCRequest) ProtoMessage() {}
 
 func (x *GCRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -602,7 +416,7 @@ func (x *GCRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCRequest.ProtoReflect.Descriptor instead.
 func (*GCRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{7}
+	return file_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GCRequest) GetRetainSeconds() int64 {
@@ -622,7 +436,7 @@ type GCResponse struct {
 
 func (x *GCResponse) Reset() {
 	*x = GCResponse{}
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +448,7 @@ func (x *GCResponse) String() string {
 func (*GCResponse) ProtoMessage() {}
 
 func (x *GCResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +461,7 @@ func (x *GCResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCResponse.ProtoReflect.Descriptor instead.
 func (*GCResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{8}
+	return file_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GCResponse) GetRemoved() int64 {
@@ -673,7 +487,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +499,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +512,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{9}
+	return file_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LookupRequest) GetName() string {
@@ -723,7 +537,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +549,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +562,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{10}
+	return file_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Entry) GetName() string {
@@ -797,7 +611,7 @@ var File_control_proto protoreflect.FileDescriptor
 
 const file_control_proto_rawDesc = "" +
 	"\n" +
-	"\rcontrol.proto\x12\x0fcmfs.control.v1\"\x0f\n" +
+	"\rcontrol.proto\x12\x0fcmfs.control.v1\x1a\vevent.proto\"\x0f\n" +
 	"\rStatusRequest\"\xe8\x01\n" +
 	"\x0eStatusResponse\x12\x1e\n" +
 	"\n" +
@@ -814,24 +628,7 @@ const file_control_proto_rawDesc = "" +
 	"\rEventsRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\x04R\x02to\x12\x16\n" +
-	"\x06follow\x18\x03 \x01(\bR\x06follow\"\x89\x02\n" +
-	"\x05Event\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\x12$\n" +
-	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x12\n" +
-	"\x04type\x18\x03 \x01(\tR\x04type\x12\x12\n" +
-	"\x04path\x18\x04 \x01(\tR\x04path\x12\x19\n" +
-	"\bnew_path\x18\x05 \x01(\tR\anewPath\x12\x0e\n" +
-	"\x02db\x18\x06 \x01(\tR\x02db\x12\x14\n" +
-	"\x05table\x18\a \x01(\tR\x05table\x12\x1c\n" +
-	"\tpartition\x18\b \x01(\tR\tpartition\x12\x16\n" +
-	"\x06target\x18\t \x01(\tR\x06target\x12+\n" +
-	"\x05files\x18\n" +
-	" \x03(\v2\x15.cmfs.control.v1.FileR\x05files\"T\n" +
-	"\x04File\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x14\n" +
-	"\x05xxh64\x18\x03 \x01(\tR\x05xxh64\x12\x0e\n" +
-	"\x02cm\x18\x04 \x01(\tR\x02cm\"%\n" +
+	"\x06follow\x18\x03 \x01(\bR\x06follow\"%\n" +
 	"\vFsckRequest\x12\x16\n" +
 	"\x06repair\x18\x01 \x01(\bR\x06repair\"\x8b\x02\n" +
 	"\fFsckResponse\x12\x18\n" +
@@ -861,10 +658,10 @@ const file_control_proto_rawDesc = "" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12.\n" +
 	"\x13preserved_unix_nano\x18\x04 \x01(\x03R\x11preservedUnixNano\x12.\n" +
 	"\x13refreshed_unix_nano\x18\x05 \x01(\x03R\x11refreshedUnixNano\x12\x12\n" +
-	"\x04path\x18\x06 \x01(\tR\x04path2\xde\x02\n" +
+	"\x04path\x18\x06 \x01(\tR\x04path2\xdc\x02\n" +
 	"\aControl\x12I\n" +
-	"\x06Status\x12\x1e.cmfs.control.v1.StatusRequest\x1a\x1f.cmfs.control.v1.StatusResponse\x12B\n" +
-	"\x06Events\x12\x1e.cmfs.control.v1.EventsRequest\x1a\x16.cmfs.control.v1.Event0\x01\x12C\n" +
+	"\x06Status\x12\x1e.cmfs.control.v1.StatusRequest\x1a\x1f.cmfs.control.v1.StatusResponse\x12@\n" +
+	"\x06Events\x12\x1e.cmfs.control.v1.EventsRequest\x1a\x14.cmfs.event.v1.Event0\x01\x12C\n" +
 	"\x04Fsck\x12\x1c.cmfs.control.v1.FsckRequest\x1a\x1d.cmfs.control.v1.FsckResponse\x12=\n" +
 	"\x02GC\x12\x1a.cmfs.control.v1.GCRequest\x1a\x1b.cmfs.control.v1.GCResponse\x12@\n" +
 	"\x06Lookup\x12\x1e.cmfs.control.v1.LookupRequest\x1a\x16.cmfs.control.v1.EntryB,Z*github.com/cmfs-project/cmfs/api/controlpbb\x06proto3"
@@ -881,37 +678,35 @@ func file_control_proto_rawDescGZIP() []byte {
 	return file_control_proto_rawDescData
 }
 
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_control_proto_goTypes = []any{
 	(*StatusRequest)(nil),  // 0: cmfs.control.v1.StatusRequest
 	(*StatusResponse)(nil), // 1: cmfs.control.v1.StatusResponse
 	(*EventsRequest)(nil),  // 2: cmfs.control.v1.EventsRequest
-	(*Event)(nil),          // 3: cmfs.control.v1.Event
-	(*File)(nil),           // 4: cmfs.control.v1.File
-	(*FsckRequest)(nil),    // 5: cmfs.control.v1.FsckRequest
-	(*FsckResponse)(nil),   // 6: cmfs.control.v1.FsckResponse
-	(*GCRequest)(nil),      // 7: cmfs.control.v1.GCRequest
-	(*GCResponse)(nil),     // 8: cmfs.control.v1.GCResponse
-	(*LookupRequest)(nil),  // 9: cmfs.control.v1.LookupRequest
-	(*Entry)(nil),          // 10: cmfs.control.v1.Entry
+	(*FsckRequest)(nil),    // 3: cmfs.control.v1.FsckRequest
+	(*FsckResponse)(nil),   // 4: cmfs.control.v1.FsckResponse
+	(*GCRequest)(nil),      // 5: cmfs.control.v1.GCRequest
+	(*GCResponse)(nil),     // 6: cmfs.control.v1.GCResponse
+	(*LookupRequest)(nil),  // 7: cmfs.control.v1.LookupRequest
+	(*Entry)(nil),          // 8: cmfs.control.v1.Entry
+	(*eventpb.Event)(nil),  // 9: cmfs.event.v1.Event
 }
 var file_control_proto_depIdxs = []int32{
-	4,  // 0: cmfs.control.v1.Event.files:type_name -> cmfs.control.v1.File
-	0,  // 1: cmfs.control.v1.Control.Status:input_type -> cmfs.control.v1.StatusRequest
-	2,  // 2: cmfs.control.v1.Control.Events:input_type -> cmfs.control.v1.EventsRequest
-	5,  // 3: cmfs.control.v1.Control.Fsck:input_type -> cmfs.control.v1.FsckRequest
-	7,  // 4: cmfs.control.v1.Control.GC:input_type -> cmfs.control.v1.GCRequest
-	9,  // 5: cmfs.control.v1.Control.Lookup:input_type -> cmfs.control.v1.LookupRequest
-	1,  // 6: cmfs.control.v1.Control.Status:output_type -> cmfs.control.v1.StatusResponse
-	3,  // 7: cmfs.control.v1.Control.Events:output_type -> cmfs.control.v1.Event
-	6,  // 8: cmfs.control.v1.Control.Fsck:output_type -> cmfs.control.v1.FsckResponse
-	8,  // 9: cmfs.control.v1.Control.GC:output_type -> cmfs.control.v1.GCResponse
-	10, // 10: cmfs.control.v1.Control.Lookup:output_type -> cmfs.control.v1.Entry
-	6,  // [6:11] is the sub-list for method output_type
-	1,  // [1:6] is the sub-list for method input_type
-	1,  // [1:1] is the sub-list for extension type_name
-	1,  // [1:1] is the sub-list for extension extendee
-	0,  // [0:1] is the sub-list for field type_name
+	0, // 0: cmfs.control.v1.Control.Status:input_type -> cmfs.control.v1.StatusRequest
+	2, // 1: cmfs.control.v1.Control.Events:input_type -> cmfs.control.v1.EventsRequest
+	3, // 2: cmfs.control.v1.Control.Fsck:input_type -> cmfs.control.v1.FsckRequest
+	5, // 3: cmfs.control.v1.Control.GC:input_type -> cmfs.control.v1.GCRequest
+	7, // 4: cmfs.control.v1.Control.Lookup:input_type -> cmfs.control.v1.LookupRequest
+	1, // 5: cmfs.control.v1.Control.Status:output_type -> cmfs.control.v1.StatusResponse
+	9, // 6: cmfs.control.v1.Control.Events:output_type -> cmfs.event.v1.Event
+	4, // 7: cmfs.control.v1.Control.Fsck:output_type -> cmfs.control.v1.FsckResponse
+	6, // 8: cmfs.control.v1.Control.GC:output_type -> cmfs.control.v1.GCResponse
+	8, // 9: cmfs.control.v1.Control.Lookup:output_type -> cmfs.control.v1.Entry
+	5, // [5:10] is the sub-list for method output_type
+	0, // [0:5] is the sub-list for method input_type
+	0, // [0:0] is the sub-list for extension type_name
+	0, // [0:0] is the sub-list for extension extendee
+	0, // [0:0] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -925,7 +720,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

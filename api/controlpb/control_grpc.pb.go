@@ -14,6 +14,7 @@ package controlpb
 
 import (
 	context "context"
+	eventpb "github.com/cmfs-project/cmfs/api/eventpb"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
@@ -42,7 +43,7 @@ type ControlClient interface {
 	// up to the newest). With follow the stream stays open and carries new
 	// events as they are journaled, until to is reached or the client
 	// cancels.
-	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
+	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[eventpb.Event], error)
 	// Fsck checks cmroot against the journal, repairing with repair.
 	Fsck(ctx context.Context, in *FsckRequest, opts ...grpc.CallOption) (*FsckResponse, error)
 	// GC removes cmroot entries older than the retention.
@@ -70,13 +71,13 @@ func (c *controlClient) Status(ctx context.Context, in *StatusRequest, opts ...g
 	return out, nil
 }
 
-func (c *controlClient) Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error) {
+func (c *controlClient) Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[eventpb.Event], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Control_ServiceDesc.Streams[0], Control_Events_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[EventsRequest, Event]{ClientStream: stream}
+	x := &grpc.GenericClientStream[EventsRequest, eventpb.Event]{ClientStream: stream}
 	if err := x.ClientStream.SendMsg(in); err != nil {
 		return nil, err
 	}
@@ -87,7 +88,7 @@ func (c *controlClient) Events(ctx context.Context, in *EventsRequest, opts ...g
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Control_EventsClient = grpc.ServerStreamingClient[Event]
+type Control_EventsClient = grpc.ServerStreamingClient[eventpb.Event]
 
 func (c *controlClient) Fsck(ctx context.Context, in *FsckRequest, opts ...grpc.CallOption) (*FsckResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -129,7 +130,7 @@ type ControlServer interface {
 	// up to the newest). With follow the stream stays open and carries new
 	// events as they are journaled, until to is reached or the client
 	// cancels.
-	Events(*EventsRequest, grpc.ServerStreamingServer[Event]) error
+	Events(*EventsRequest, grpc.ServerStreamingServer[eventpb.Event]) error
 	// Fsck checks cmroot against the journal, repairing with repair.
 	Fsck(context.Context, *FsckRequest) (*FsckResponse, error)
 	// GC removes cmroot entries older than the retention.
@@ -150,7 +151,7 @@ type UnimplementedControlServer struct{}
 func (UnimplementedControlServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
 }
-func (UnimplementedControlServer) Events(*EventsRequest, grpc.ServerStreamingServer[Event]) error {
+func (UnimplementedControlServer) Events(*EventsRequest, grpc.ServerStreamingServer[eventpb.Event]) error {
 	return status.Error(codes.Unimplemented, "method Events not implemented")
 }
 func (UnimplementedControlServer) Fsck(context.Context, *FsckRequest) (*FsckResponse, error) {
@@ -206,11 +207,11 @@ func _Control_Events_Handler(srv interface{}, stream grpc.ServerStream) error {
 	if err := stream.RecvMsg(m); err != nil {
 		return err
 	}
-	return srv.(ControlServer).Events(m, &grpc.GenericServerStream[EventsRequest, Event]{ServerStream: stream})
+	return srv.(ControlServer).Events(m, &grpc.GenericServerStream[EventsRequest, eventpb.Event]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Control_EventsServer = grpc.ServerStreamingServer[Event]
+type Control_EventsServer = grpc.ServerStreamingServer[eventpb.Event]
 
 func _Control_Fsck_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(FsckRequest)

@@ -15,6 +15,7 @@
 package replpb
 
 import (
+	eventpb "github.com/cmfs-project/cmfs/api/eventpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -257,193 +258,6 @@ func (x *EventsRequest) GetFollow() bool {
 	return false
 }
 
-// Event mirrors journal.Event.
-type Event struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// time_unix_nano is the event time in nanoseconds since the Unix epoch.
-	TimeUnixNano  int64   `protobuf:"varint,2,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
-	Type          string  `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
-	Path          string  `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
-	NewPath       string  `protobuf:"bytes,5,opt,name=new_path,json=newPath,proto3" json:"new_path,omitempty"`
-	Db            string  `protobuf:"bytes,6,opt,name=db,proto3" json:"db,omitempty"`
-	Table         string  `protobuf:"bytes,7,opt,name=table,proto3" json:"table,omitempty"`
-	Partition     string  `protobuf:"bytes,8,opt,name=partition,proto3" json:"partition,omitempty"`
-	Target        string  `protobuf:"bytes,9,opt,name=target,proto3" json:"target,omitempty"`
-	Files         []*File `protobuf:"bytes,10,rep,name=files,proto3" json:"files,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Event) Reset() {
-	*x = Event{}
-	mi := &file_repl_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Event) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Event) ProtoMessage() {}
-
-func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_repl_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Event.ProtoReflect.Descriptor instead.
-func (*Event) Descriptor() ([]byte, []int) {
-	return file_repl_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *Event) GetId() uint64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-func (x *Event) GetTimeUnixNano() int64 {
-	if x != nil {
-		return x.TimeUnixNano
-	}
-	return 0
-}
-
-func (x *Event) GetType() string {
-	if x != nil {
-		return x.Type
-	}
-	return ""
-}
-
-func (x *Event) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-func (x *Event) GetNewPath() string {
-	if x != nil {
-		return x.NewPath
-	}
-	return ""
-}
-
-func (x *Event) GetDb() string {
-	if x != nil {
-		return x.Db
-	}
-	return ""
-}
-
-func (x *Event) GetTable() string {
-	if x != nil {
-		return x.Table
-	}
-	return ""
-}
-
-func (x *Event) GetPartition() string {
-	if x != nil {
-		return x.Partition
-	}
-	return ""
-}
-
-func (x *Event) GetTarget() string {
-	if x != nil {
-		return x.Target
-	}
-	return ""
-}
-
-func (x *Event) GetFiles() []*File {
-	if x != nil {
-		return x.Files
-	}
-	return nil
-}
-
-// File mirrors journal.File.
-type File struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	Xxh64         string                 `protobuf:"bytes,3,opt,name=xxh64,proto3" json:"xxh64,omitempty"`
-	Cm            string                 `protobuf:"bytes,4,opt,name=cm,proto3" json:"cm,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *File) Reset() {
-	*x = File{}
-	mi := &file_repl_proto_msgTypes[4]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *File) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*File) ProtoMessage() {}
-
-func (x *File) ProtoReflect() protoreflect.Message {
-	mi := &file_repl_proto_msgTypes[4]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use File.ProtoReflect.Descriptor instead.
-func (*File) Descriptor() ([]byte, []int) {
-	return file_repl_proto_rawDescGZIP(), []int{4}
-}
-
-func (x *File) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-func (x *File) GetSize() int64 {
-	if x != nil {
-		return x.Size
-	}
-	return 0
-}
-
-func (x *File) GetXxh64() string {
-	if x != nil {
-		return x.Xxh64
-	}
-	return ""
-}
-
-func (x *File) GetCm() string {
-	if x != nil {
-		return x.Cm
-	}
-	return ""
-}
-
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -452,7 +266,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_repl_proto_msgTypes[5]
+	mi := &file_repl_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -464,7 +278,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repl_proto_msgTypes[5]
+	mi := &file_repl_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -477,7 +291,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_repl_proto_rawDescGZIP(), []int{5}
+	return file_repl_proto_rawDescGZIP(), []int{3}
 }
 
 type StatusResponse struct {
@@ -495,7 +309,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_repl_proto_msgTypes[6]
+	mi := &file_repl_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +321,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_repl_proto_msgTypes[6]
+	mi := &file_repl_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +334,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_repl_proto_rawDescGZIP(), []int{6}
+	return file_repl_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StatusResponse) GetSourceId() string {
@@ -556,7 +370,7 @@ var File_repl_proto protoreflect.FileDescriptor
 const file_repl_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"repl.proto\x12\fcmfs.repl.v1\"\xa5\x01\n" +
+	"repl.proto\x12\fcmfs.repl.v1\x1a\vevent.proto\"\xa5\x01\n" +
 	"\x0fReadFileRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x14\n" +
@@ -573,33 +387,16 @@ const file_repl_proto_rawDesc = "" +
 	"\rEventsRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\x04R\x02to\x12\x16\n" +
-	"\x06follow\x18\x03 \x01(\bR\x06follow\"\x86\x02\n" +
-	"\x05Event\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\x12$\n" +
-	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x12\n" +
-	"\x04type\x18\x03 \x01(\tR\x04type\x12\x12\n" +
-	"\x04path\x18\x04 \x01(\tR\x04path\x12\x19\n" +
-	"\bnew_path\x18\x05 \x01(\tR\anewPath\x12\x0e\n" +
-	"\x02db\x18\x06 \x01(\tR\x02db\x12\x14\n" +
-	"\x05table\x18\a \x01(\tR\x05table\x12\x1c\n" +
-	"\tpartition\x18\b \x01(\tR\tpartition\x12\x16\n" +
-	"\x06target\x18\t \x01(\tR\x06target\x12(\n" +
-	"\x05files\x18\n" +
-	" \x03(\v2\x12.cmfs.repl.v1.FileR\x05files\"T\n" +
-	"\x04File\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x14\n" +
-	"\x05xxh64\x18\x03 \x01(\tR\x05xxh64\x12\x0e\n" +
-	"\x02cm\x18\x04 \x01(\tR\x02cm\"\x0f\n" +
+	"\x06follow\x18\x03 \x01(\bR\x06follow\"\x0f\n" +
 	"\rStatusRequest\"\x85\x01\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tsource_id\x18\x01 \x01(\tR\bsourceId\x12\"\n" +
 	"\rlast_event_id\x18\x02 \x01(\x04R\vlastEventId\x12\x18\n" +
 	"\abacking\x18\x03 \x01(\tR\abacking\x12\x18\n" +
-	"\amounted\x18\x04 \x01(\bR\amounted2\xcd\x01\n" +
+	"\amounted\x18\x04 \x01(\bR\amounted2\xce\x01\n" +
 	"\x06Source\x12@\n" +
-	"\bReadFile\x12\x1d.cmfs.repl.v1.ReadFileRequest\x1a\x13.cmfs.repl.v1.Chunk0\x01\x12<\n" +
-	"\x06Events\x12\x1b.cmfs.repl.v1.EventsRequest\x1a\x13.cmfs.repl.v1.Event0\x01\x12C\n" +
+	"\bReadFile\x12\x1d.cmfs.repl.v1.ReadFileRequest\x1a\x13.cmfs.repl.v1.Chunk0\x01\x12=\n" +
+	"\x06Events\x12\x1b.cmfs.repl.v1.EventsRequest\x1a\x14.cmfs.event.v1.Event0\x01\x12C\n" +
 	"\x06Status\x12\x1b.cmfs.repl.v1.StatusRequest\x1a\x1c.cmfs.repl.v1.StatusResponseB)Z'github.com/cmfs-project/cmfs/api/replpbb\x06proto3"
 
 var (
@@ -614,29 +411,27 @@ func file_repl_proto_rawDescGZIP() []byte {
 	return file_repl_proto_rawDescData
 }
 
-var file_repl_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_repl_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_repl_proto_goTypes = []any{
 	(*ReadFileRequest)(nil), // 0: cmfs.repl.v1.ReadFileRequest
 	(*Chunk)(nil),           // 1: cmfs.repl.v1.Chunk
 	(*EventsRequest)(nil),   // 2: cmfs.repl.v1.EventsRequest
-	(*Event)(nil),           // 3: cmfs.repl.v1.Event
-	(*File)(nil),            // 4: cmfs.repl.v1.File
-	(*StatusRequest)(nil),   // 5: cmfs.repl.v1.StatusRequest
-	(*StatusResponse)(nil),  // 6: cmfs.repl.v1.StatusResponse
+	(*StatusRequest)(nil),   // 3: cmfs.repl.v1.StatusRequest
+	(*StatusResponse)(nil),  // 4: cmfs.repl.v1.StatusResponse
+	(*eventpb.Event)(nil),   // 5: cmfs.event.v1.Event
 }
 var file_repl_proto_depIdxs = []int32{
-	4, // 0: cmfs.repl.v1.Event.files:type_name -> cmfs.repl.v1.File
-	0, // 1: cmfs.repl.v1.Source.ReadFile:input_type -> cmfs.repl.v1.ReadFileRequest
-	2, // 2: cmfs.repl.v1.Source.Events:input_type -> cmfs.repl.v1.EventsRequest
-	5, // 3: cmfs.repl.v1.Source.Status:input_type -> cmfs.repl.v1.StatusRequest
-	1, // 4: cmfs.repl.v1.Source.ReadFile:output_type -> cmfs.repl.v1.Chunk
-	3, // 5: cmfs.repl.v1.Source.Events:output_type -> cmfs.repl.v1.Event
-	6, // 6: cmfs.repl.v1.Source.Status:output_type -> cmfs.repl.v1.StatusResponse
-	4, // [4:7] is the sub-list for method output_type
-	1, // [1:4] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	0, // 0: cmfs.repl.v1.Source.ReadFile:input_type -> cmfs.repl.v1.ReadFileRequest
+	2, // 1: cmfs.repl.v1.Source.Events:input_type -> cmfs.repl.v1.EventsRequest
+	3, // 2: cmfs.repl.v1.Source.Status:input_type -> cmfs.repl.v1.StatusRequest
+	1, // 3: cmfs.repl.v1.Source.ReadFile:output_type -> cmfs.repl.v1.Chunk
+	5, // 4: cmfs.repl.v1.Source.Events:output_type -> cmfs.event.v1.Event
+	4, // 5: cmfs.repl.v1.Source.Status:output_type -> cmfs.repl.v1.StatusResponse
+	3, // [3:6] is the sub-list for method output_type
+	0, // [0:3] is the sub-list for method input_type
+	0, // [0:0] is the sub-list for extension type_name
+	0, // [0:0] is the sub-list for extension extendee
+	0, // [0:0] is the sub-list for field type_name
 }
 
 func init() { file_repl_proto_init() }
@@ -650,7 +445,7 @@ func file_repl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_repl_proto_rawDesc), len(file_repl_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -16,6 +16,7 @@ package replpb
 
 import (
 	context "context"
+	eventpb "github.com/cmfs-project/cmfs/api/eventpb"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
@@ -50,7 +51,7 @@ type SourceClient interface {
 	// up to the newest). With follow the stream stays open and carries new
 	// events as they are journaled, until to is reached or the client
 	// cancels.
-	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
+	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[eventpb.Event], error)
 	// Status describes the source.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 }
@@ -82,13 +83,13 @@ func (c *sourceClient) ReadFile(ctx context.Context, in *ReadFileRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Source_ReadFileClient = grpc.ServerStreamingClient[Chunk]
 
-func (c *sourceClient) Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error) {
+func (c *sourceClient) Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[eventpb.Event], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Source_ServiceDesc.Streams[1], Source_Events_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[EventsRequest, Event]{ClientStream: stream}
+	x := &grpc.GenericClientStream[EventsRequest, eventpb.Event]{ClientStream: stream}
 	if err := x.ClientStream.SendMsg(in); err != nil {
 		return nil, err
 	}
@@ -99,7 +100,7 @@ func (c *sourceClient) Events(ctx context.Context, in *EventsRequest, opts ...gr
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Source_EventsClient = grpc.ServerStreamingClient[Event]
+type Source_EventsClient = grpc.ServerStreamingClient[eventpb.Event]
 
 func (c *sourceClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -129,7 +130,7 @@ type SourceServer interface {
 	// up to the newest). With follow the stream stays open and carries new
 	// events as they are journaled, until to is reached or the client
 	// cancels.
-	Events(*EventsRequest, grpc.ServerStreamingServer[Event]) error
+	Events(*EventsRequest, grpc.ServerStreamingServer[eventpb.Event]) error
 	// Status describes the source.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	mustEmbedUnimplementedSourceServer()
@@ -145,7 +146,7 @@ type UnimplementedSourceServer struct{}
 func (UnimplementedSourceServer) ReadFile(*ReadFileRequest, grpc.ServerStreamingServer[Chunk]) error {
 	return status.Error(codes.Unimplemented, "method ReadFile not implemented")
 }
-func (UnimplementedSourceServer) Events(*EventsRequest, grpc.ServerStreamingServer[Event]) error {
+func (UnimplementedSourceServer) Events(*EventsRequest, grpc.ServerStreamingServer[eventpb.Event]) error {
 	return status.Error(codes.Unimplemented, "method Events not implemented")
 }
 func (UnimplementedSourceServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
@@ -188,11 +189,11 @@ func _Source_Events_Handler(srv interface{}, stream grpc.ServerStream) error {
 	if err := stream.RecvMsg(m); err != nil {
 		return err
 	}
-	return srv.(SourceServer).Events(m, &grpc.GenericServerStream[EventsRequest, Event]{ServerStream: stream})
+	return srv.(SourceServer).Events(m, &grpc.GenericServerStream[EventsRequest, eventpb.Event]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Source_EventsServer = grpc.ServerStreamingServer[Event]
+type Source_EventsServer = grpc.ServerStreamingServer[eventpb.Event]
 
 func _Source_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatusRequest)

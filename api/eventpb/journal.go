@@ -1,14 +1,14 @@
-package source
+package eventpb
 
 import (
 	"time"
 
-	"github.com/cmfs-project/cmfs/api/replpb"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
-func eventToProto(e *journal.Event) *replpb.Event {
-	p := &replpb.Event{
+// FromJournal returns e as it travels.
+func FromJournal(e *journal.Event) *Event {
+	p := &Event{
 		Id:        e.ID,
 		Type:      string(e.Type),
 		Path:      e.Path,
@@ -17,18 +17,20 @@ func eventToProto(e *journal.Event) *replpb.Event {
 		Table:     e.Table,
 		Partition: e.Partition,
 		Target:    e.Target,
-		Files:     make([]*replpb.File, len(e.Files)),
+		Files:     make([]*File, len(e.Files)),
 	}
 	if !e.Time.IsZero() {
 		p.TimeUnixNano = e.Time.UnixNano()
 	}
 	for i, f := range e.Files {
-		p.Files[i] = &replpb.File{Path: f.Path, Size: f.Size, Xxh64: f.XXH64, Cm: f.CM}
+		p.Files[i] = &File{Path: f.Path, Size: f.Size, Xxh64: f.XXH64, Cm: f.CM}
 	}
 	return p
 }
 
-func eventFromProto(p *replpb.Event) *journal.Event {
+// Journal returns the journal event p carries. An event without files has
+// nil Files, as the journal keeps it ("files":null in its JSON).
+func (p *Event) Journal() *journal.Event {
 	e := &journal.Event{
 		ID:        p.Id,
 		Type:      journal.Type(p.Type),
@@ -39,13 +41,11 @@ func eventFromProto(p *replpb.Event) *journal.Event {
 		Partition: p.Partition,
 		Target:    p.Target,
 	}
-	// The journal keeps an event without files as nil ("files":null in
-	// its JSON); so does the relay.
-	if len(p.Files) > 0 {
-		e.Files = make([]journal.File, len(p.Files))
-	}
 	if p.TimeUnixNano != 0 {
 		e.Time = time.Unix(0, p.TimeUnixNano).UTC()
+	}
+	if len(p.Files) > 0 {
+		e.Files = make([]journal.File, len(p.Files))
 	}
 	for i, f := range p.Files {
 		e.Files[i] = journal.File{Path: f.Path, Size: f.Size, XXH64: f.Xxh64, CM: f.Cm}
