@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -572,12 +573,10 @@ func (n node) String() string {
 	return fmt.Sprintf("%v size=%d data=%s", n.Mode, n.Size, d)
 }
 
-// snapshot reads the tree below root (excluding root itself and any
-// top-level name in skip) as relative slash paths.
-func snapshot(t testing.TB, root string, skip ...string) map[string]node {
-	t.Helper()
-	tree := map[string]node{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+// walkRel calls fn for everything below root (not root itself), by slash
+// path relative to root, leaving out the top-level names in skip.
+func walkRel(root string, skip []string, fn func(rel, path string, d fs.DirEntry) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -586,14 +585,22 @@ func snapshot(t testing.TB, root string, skip ...string) map[string]node {
 		if rel == "." {
 			return nil
 		}
-		for _, s := range skip {
-			if rel == s {
-				if d.IsDir() {
-					return filepath.SkipDir
-				}
-				return nil
+		if slices.Contains(skip, rel) {
+			if d.IsDir() {
+				return filepath.SkipDir
 			}
+			return nil
 		}
+		return fn(rel, path, d)
+	})
+}
+
+// snapshot reads the tree below root (excluding root itself and any
+// top-level name in skip) as relative slash paths.
+func snapshot(t testing.TB, root string, skip ...string) map[string]node {
+	t.Helper()
+	tree := map[string]node{}
+	err := walkRel(root, skip, func(rel, path string, d fs.DirEntry) error {
 		fi, err := os.Lstat(path)
 		if err != nil {
 			return err

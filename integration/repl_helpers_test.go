@@ -404,23 +404,7 @@ func readTree(t testing.TB, root string, skip ...string) tree {
 // tryReadTree is readTree for a tree that may change while it is read.
 func tryReadTree(root string, skip ...string) (tree, error) {
 	tr := tree{}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		rel = filepath.ToSlash(rel)
-		if rel == "." {
-			return nil
-		}
-		for _, s := range skip {
-			if rel == s {
-				if d.IsDir() {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-		}
+	err := walkRel(root, skip, func(rel, path string, d fs.DirEntry) error {
 		switch {
 		case d.IsDir():
 			tr[rel] = "dir"
