@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"github.com/cmfs-project/cmfs/internal/durable"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,8 +15,6 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
@@ -339,23 +339,10 @@ func DumpFloor(out string, events []*journal.Event) (time.Duration, error) {
 			return 0, err
 		}
 	}
-	if err := SyncFS(out); err != nil {
+	if err := durable.SyncFS(out); err != nil {
 		return 0, err
 	}
 	return time.Since(start), nil
-}
-
-// SyncFS flushes the filesystem holding dir.
-func SyncFS(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := unix.Syncfs(int(d.Fd())); err != nil {
-		return fmt.Errorf("syncfs %s: %w", dir, err)
-	}
-	return nil
 }
 
 // Tree is a warehouse table of small files for the bootstrap benchmark:

@@ -1,6 +1,8 @@
 package repl
 
 import (
+	"github.com/cmfs-project/cmfs/internal/durable"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -156,7 +158,7 @@ func dumpBootstrap(ctx context.Context, events Events, out string, opts DumpOpti
 			return res, err
 		}
 	}
-	if err := syncFS(out); err != nil {
+	if err := durable.SyncFS(out); err != nil {
 		return res, err
 	}
 	return res, writeJSON(out, finishedFile, Finished{To: to, WalkEnd: walkEnd})

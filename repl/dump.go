@@ -14,8 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -289,7 +287,7 @@ func dumpIncremental(ctx context.Context, events Events, out string, opts DumpOp
 		}
 	}
 	res.Events = written
-	if err := syncFS(out); err != nil {
+	if err := durable.SyncFS(out); err != nil {
 		return res, err
 	}
 	return res, writeJSON(out, finishedFile, Finished{To: md.To})
@@ -326,24 +324,10 @@ func writeEvent(out string, e *journal.Event) error {
 // checkpoint makes everything written so far durable and records id as
 // the last event a resume may trust.
 func checkpoint(out string, id uint64) error {
-	if err := syncFS(out); err != nil {
+	if err := durable.SyncFS(out); err != nil {
 		return err
 	}
 	return durable.WriteFile(filepath.Join(out, progressFile), []byte(strconv.FormatUint(id, 10)+"\n"), 0o644)
-}
-
-// syncFS flushes the filesystem holding dir: one call instead of an fsync
-// per event file.
-func syncFS(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := unix.Syncfs(int(d.Fd())); err != nil {
-		return fmt.Errorf("syncfs %s: %w", dir, err)
-	}
-	return nil
 }
 
 // resumePoint returns the first event an interrupted incremental dump
@@ -355,7 +339,7 @@ func syncFS(dir string) error {
 // by a power loss from a skipped event, and rewrites everything above the
 // checkpoint.
 func resumePoint(out string, md Metadata) (uint64, error) {
-	if err := syncFS(out); err != nil {
+	if err := durable.SyncFS(out); err != nil {
 		return 0, err
 	}
 	next := md.From

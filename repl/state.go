@@ -1,7 +1,7 @@
 package repl
 
 import (
-	"golang.org/x/sys/unix"
+	"github.com/cmfs-project/cmfs/internal/durable"
 
 	"encoding/json"
 	"errors"
@@ -58,14 +58,8 @@ func ReadState(target string) (st State, ok bool, err error) {
 // events between two writeStates (see syncBytes), instead of fsyncing
 // every file, directory and state on its own.
 func writeState(target string, st State) error {
-	d, err := os.Open(target)
-	if err != nil {
+	if err := durable.SyncFS(target); err != nil {
 		return err
-	}
-	err = unix.Syncfs(int(d.Fd()))
-	d.Close()
-	if err != nil {
-		return fmt.Errorf("syncfs %s: %w", target, err)
 	}
 	st.Time = time.Now().UTC()
 	return writeJSON(target, stateFile, st)

@@ -18,6 +18,8 @@
 package main
 
 import (
+	"github.com/cmfs-project/cmfs/internal/durable"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -550,7 +552,7 @@ func (r *runner) loadRows(ctx context.Context) []*bench.ReplRow {
 				start := time.Now()
 				res, err := repl.Load(ctx, dump, tgt, fetch, repl.LoadOptions{})
 				if err == nil {
-					err = bench.SyncFS(tgt)
+					err = durable.SyncFS(tgt)
 				}
 				d := time.Since(start)
 				if err == nil {
@@ -569,7 +571,7 @@ func (r *runner) loadRows(ctx context.Context) []*bench.ReplRow {
 				start := time.Now()
 				out, err := exec.CommandContext(ctx, "cp", "-a", filepath.Join(backing, "sales.db"), tgt+"/").CombinedOutput()
 				if err == nil {
-					err = bench.SyncFS(tgt)
+					err = durable.SyncFS(tgt)
 				}
 				d := time.Since(start)
 				if err != nil {
@@ -597,7 +599,7 @@ func (r *runner) loadRows(ctx context.Context) []*bench.ReplRow {
 					res, err = r.loadCLI(ctx, dump, tgt, addr)
 				}
 				if err == nil {
-					err = bench.SyncFS(tgt)
+					err = durable.SyncFS(tgt)
 				}
 				d := time.Since(start)
 				if err == nil {
