@@ -46,6 +46,10 @@ proto:
 		--go_out=api/replpb --go_opt=paths=source_relative \
 		--go-grpc_out=api/replpb --go-grpc_opt=paths=source_relative \
 		api/repl.proto
+	protoc -I api \
+		--go_out=api/containerpb --go_opt=paths=source_relative \
+		--go-grpc_out=api/containerpb --go-grpc_opt=paths=source_relative \
+		api/container.proto
 
 vet:
 	$(GO) vet ./...
