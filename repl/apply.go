@@ -31,8 +31,11 @@ type loader struct {
 	fuzzy bool
 	// event is the id of the event being applied, 0 in a BOOTSTRAP.
 	event uint64
-	// buf carries content from the fetcher to the staging file.
+	// buf carries content from the fetcher to the staging file, for
+	// files the loader fetches itself.
 	buf []byte
+	// ahead fetches files of the events after the one being applied.
+	ahead *ahead
 }
 
 // abs returns the target path of a warehouse-relative path, refusing one
@@ -96,8 +99,9 @@ func (l *loader) mkdirs(rel string) error {
 	return nil
 }
 
-// apply applies one event; adds are its files with new content.
-func (l *loader) apply(e *journal.Event, adds []journal.File) error {
+// apply applies one event; adds are its files with new content, jobs
+// (parallel to adds, or nil) those fetched ahead.
+func (l *loader) apply(e *journal.Event, adds []journal.File, jobs []*staged) error {
 	trusted := false
 	var err error
 	switch e.Type {
@@ -118,7 +122,11 @@ func (l *loader) apply(e *journal.Event, adds []journal.File) error {
 	if err != nil {
 		return err
 	}
-	for _, f := range adds {
+	for i, f := range adds {
+		var j *staged
+		if jobs != nil {
+			j = jobs[i]
+		}
 		if trusted && f.Path == e.NewPath {
 			// Moved into place by the event itself: the content the
 			// target already held. Only a size that disagrees is fetched.
@@ -128,7 +136,7 @@ func (l *loader) apply(e *journal.Event, adds []journal.File) error {
 				}
 			}
 		}
-		if err := l.put(f); err != nil {
+		if err := l.put(f, j); err != nil {
 			return err
 		}
 	}
@@ -261,8 +269,9 @@ func (l *loader) holds(f journal.File) bool {
 }
 
 // put makes f.Path hold f's content: skipped if it does already, else
-// fetched into a staging file, verified, and renamed into place.
-func (l *loader) put(f journal.File) error {
+// staged (fetched ahead as j, or fetched now), verified, and renamed into
+// place.
+func (l *loader) put(f journal.File, j *staged) error {
 	p, err := l.abs(f.Path)
 	if err != nil {
 		return err
@@ -272,37 +281,27 @@ func (l *loader) put(f journal.File) error {
 			return err
 		}
 	}
-	if l.holds(f) {
+	var tmp string
+	if j != nil {
+		tmp, err = l.ahead.take(j)
+	} else {
+		if l.holds(f) {
+			return nil
+		}
+		if l.buf == nil {
+			l.buf = make([]byte, copyBuf)
+		}
+		tmp, err = l.fetchTo(l.ctx, f, l.event, l.buf)
+	}
+	if errors.Is(err, ErrNoCopy) && l.fuzzy {
+		l.res.Missing++
 		return nil
 	}
-	tmp, err := os.CreateTemp(l.staging, "f-*")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		tmp.Close()
-		os.Remove(tmp.Name())
-	}()
-	if f.Size > 0 {
-		err = l.stage(tmp, f)
-		if f.CM == "" && (errors.Is(err, ErrStale) || errors.Is(err, ErrChecksum)) {
-			// The live file changed: its original is in cmroot by now.
-			retry := f
-			retry.CM = CMName(f)
-			err = l.stage(tmp, retry)
-		}
-		if errors.Is(err, ErrNoCopy) && l.fuzzy {
-			l.res.Missing++
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
+	defer os.Remove(tmp) // after a failed rename
+	if err := os.Rename(tmp, p); err != nil {
 		if !l.fuzzy {
 			return err
 		}
@@ -311,7 +310,7 @@ func (l *loader) put(f journal.File) error {
 		if err := os.RemoveAll(p); err != nil {
 			return err
 		}
-		if err := os.Rename(tmp.Name(), p); err != nil {
+		if err := os.Rename(tmp, p); err != nil {
 			return err
 		}
 	}
@@ -320,18 +319,51 @@ func (l *loader) put(f journal.File) error {
 	return nil // durable with the next state (writeState)
 }
 
+// copyBuf is the size of the reads content is copied in: large reads mean
+// fewer syscalls and longer readahead.
+const copyBuf = 1 << 20
+
+// fetchTo fetches f's content, new in event (0: a BOOTSTRAP), into a new
+// staging file and returns its name once size and xxh64 are verified. A
+// live file that changed under the read is fetched again from cmroot,
+// where its original is by then. The staging file is removed on error.
+func (l *loader) fetchTo(ctx context.Context, f journal.File, event uint64, buf []byte) (string, error) {
+	tmp, err := os.CreateTemp(l.staging, "f-*")
+	if err != nil {
+		return "", err
+	}
+	if f.Size > 0 {
+		if event != 0 {
+			ctx = WithEvent(ctx, event)
+		}
+		err = l.stage(ctx, tmp, f, buf)
+		if f.CM == "" && (errors.Is(err, ErrStale) || errors.Is(err, ErrChecksum)) {
+			retry := f
+			retry.CM = CMName(f)
+			err = l.stage(ctx, tmp, retry, buf)
+		}
+	}
+	if err == nil {
+		err = tmp.Chmod(0o644)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	return tmp.Name(), nil
+}
+
 // stage copies f's content from the fetcher into tmp, checking size and
 // xxh64 as it streams.
-func (l *loader) stage(tmp *os.File, f journal.File) error {
+func (l *loader) stage(ctx context.Context, tmp *os.File, f journal.File, buf []byte) error {
 	if err := tmp.Truncate(0); err != nil {
 		return err
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return err
-	}
-	ctx := l.ctx
-	if l.event != 0 {
-		ctx = WithEvent(ctx, l.event)
 	}
 	rc, err := l.fetch.Fetch(ctx, f)
 	if err != nil {
@@ -340,10 +372,7 @@ func (l *loader) stage(tmp *os.File, f journal.File) error {
 	defer rc.Close()
 	h := xxhash.New()
 	w := &countWriter{w: io.MultiWriter(tmp, h), prog: l.prog}
-	if l.buf == nil {
-		l.buf = make([]byte, 1<<20) // large reads: fewer syscalls, longer readahead
-	}
-	n, err := io.CopyBuffer(w, io.LimitReader(rc, f.Size+1), l.buf)
+	n, err := io.CopyBuffer(w, io.LimitReader(rc, f.Size+1), buf)
 	if err != nil {
 		return err
 	}

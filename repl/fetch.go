@@ -35,6 +35,8 @@ import (
 // Errors from Fetch: ErrNoCopy (wrapped, naming path, size and checksum)
 // when neither place has the content, ErrUnsafePath for a path that is
 // absolute, holds "..", or leads out of the warehouse root.
+//
+// A load calls Fetch from several goroutines at once.
 type Fetcher interface {
 	Fetch(ctx context.Context, f journal.File) (io.ReadCloser, error)
 }

@@ -18,7 +18,8 @@ import (
 type Progress interface {
 	// Event is called after event id is fully applied.
 	Event(id uint64)
-	// Bytes is called as n more bytes of content are staged.
+	// Bytes is called as n more bytes of content are staged, from the
+	// goroutines that fetch: concurrently.
 	Bytes(n int64)
 }
 
@@ -27,6 +28,10 @@ type LoadOptions struct {
 	// Progress, if not nil, is told about every event and every chunk of
 	// content.
 	Progress Progress
+	// Fetchers is how many files are fetched at once, ahead of the event
+	// being applied; 0 means DefaultFetchers. The fetcher must be safe for
+	// concurrent use.
+	Fetchers int
 }
 
 // LoadResult says what Load did.
@@ -102,7 +107,7 @@ func load(ctx context.Context, dumpDir, target string, fetch Fetcher, opts LoadO
 	}
 	l := &loader{ctx: ctx, target: target, fetch: fetch, prog: opts.Progress, res: &res, staging: filepath.Join(target, stagingDir)}
 	if md.Kind == Bootstrap {
-		return res, l.bootstrap(dumpDir, md, fin, st, found)
+		return res, l.bootstrap(dumpDir, md, fin, st, found, opts.Fetchers)
 	}
 	if st.Bootstrapping != "" {
 		return res, fmt.Errorf("target is in the middle of loading the BOOTSTRAP %s; rerun that load first: %w", st.Dump, ErrMismatch)
@@ -138,28 +143,46 @@ func load(ctx context.Context, dumpDir, target string, fetch Fetcher, opts LoadO
 		since, lastSync = res.Bytes, time.Now()
 		return writeState(target, st)
 	}
-	for _, id := range ids {
-		if id <= st.LastReplID {
-			continue
+	steps := func(yield func(step) bool) {
+		for _, id := range ids {
+			if id <= st.LastReplID {
+				continue
+			}
+			e, adds, err := readEventDir(filepath.Join(dumpDir, EventDirName(id)), id)
+			if !yield(step{id: id, e: e, adds: adds, err: err}) || err != nil {
+				return
+			}
 		}
-		err := ctx.Err()
+	}
+	l.ahead = l.startAhead(steps, opts.Fetchers)
+	defer l.ahead.stop()
+	for s := range l.ahead.out {
+		err := s.err
 		if err == nil {
-			l.fuzzy, l.event = id <= st.FuzzyUntil, id
-			err = l.applyDir(filepath.Join(dumpDir, EventDirName(id)), id)
+			err = ctx.Err()
+		}
+		if err == nil {
+			l.fuzzy, l.event = s.id <= st.FuzzyUntil, s.id
+			if err = l.apply(s.e, s.adds, s.jobs); err != nil {
+				err = fmt.Errorf("event %d (%s %s): %w", s.id, s.e.Type, s.e.Path, err)
+			}
 		}
 		if err != nil {
 			return res, errors.Join(err, record())
 		}
-		applied = id
+		applied = s.id
 		res.Applied++
 		if l.prog != nil {
-			l.prog.Event(id)
+			l.prog.Event(s.id)
 		}
 		if res.Bytes-since >= syncBytes || time.Since(lastSync) >= syncEvery {
 			if err := record(); err != nil {
 				return res, err
 			}
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return res, errors.Join(err, record())
 	}
 	if err := record(); err != nil {
 		return res, err
@@ -211,18 +234,19 @@ func eventDirs(dumpDir string, md Metadata) ([]uint64, error) {
 	return ids, nil
 }
 
-// applyDir applies one event directory.
-func (l *loader) applyDir(dir string, id uint64) error {
+// readEventDir reads the event and the new content it lists from one
+// event directory of an INCREMENTAL dump.
+func readEventDir(dir string, id uint64) (*journal.Event, []journal.File, error) {
 	e, err := readEvent(dir)
 	if err != nil {
-		return fmt.Errorf("event %d: %w", id, err)
+		return nil, nil, fmt.Errorf("event %d: %w", id, err)
 	}
 	if e.ID != id {
-		return fmt.Errorf("%s holds event %d: %w", dir, e.ID, ErrFormat)
+		return nil, nil, fmt.Errorf("%s holds event %d: %w", dir, e.ID, ErrFormat)
 	}
 	adds, err := ReadFiles(filepath.Join(dir, filesFile))
 	if err != nil {
-		return fmt.Errorf("event %d: %w", id, err)
+		return nil, nil, fmt.Errorf("event %d: %w", id, err)
 	}
 	var want []journal.File
 	for _, f := range e.Files {
@@ -231,12 +255,9 @@ func (l *loader) applyDir(dir string, id uint64) error {
 		}
 	}
 	if !sameFiles(adds, want) {
-		return fmt.Errorf("event %d: %s does not list the new content %s names: %w", id, filesFile, eventMeta, ErrFormat)
+		return nil, nil, fmt.Errorf("event %d: %s does not list the new content %s names: %w", id, filesFile, eventMeta, ErrFormat)
 	}
-	if err := l.apply(e, adds); err != nil {
-		return fmt.Errorf("event %d (%s %s): %w", id, e.Type, e.Path, err)
-	}
-	return nil
+	return e, adds, nil
 }
 
 func sameFiles(a, b []journal.File) bool {
@@ -252,7 +273,7 @@ func sameFiles(a, b []journal.File) bool {
 }
 
 // bootstrap loads a BOOTSTRAP dump: every directory and file it lists.
-func (l *loader) bootstrap(dumpDir string, md Metadata, fin Finished, st State, found bool) error {
+func (l *loader) bootstrap(dumpDir string, md Metadata, fin Finished, st State, found bool, fetchers int) error {
 	ident := md.Created.Format(time.RFC3339Nano) + "/" + md.Source + "/" + fmt.Sprint(md.To)
 	switch {
 	case found && st.Bootstrapping == "" && st.LastReplID >= md.To:
@@ -313,13 +334,25 @@ func (l *loader) bootstrap(dumpDir string, md Metadata, fin Finished, st State, 
 			return err
 		}
 	}
-	for _, f := range files {
+	steps := func(yield func(step) bool) {
+		for _, f := range files {
+			if !yield(step{adds: []journal.File{f}}) {
+				return
+			}
+		}
+	}
+	l.ahead = l.startAhead(steps, fetchers)
+	defer l.ahead.stop()
+	for s := range l.ahead.out {
 		if err := l.ctx.Err(); err != nil {
 			return err
 		}
-		if err := l.put(f); err != nil {
+		if err := l.put(s.adds[0], s.jobs[0]); err != nil {
 			return err
 		}
+	}
+	if err := l.ctx.Err(); err != nil {
+		return err
 	}
 	st.LastReplID, st.Dump, st.Bootstrapping = md.To, dumpDir, ""
 	st.FuzzyUntil = max(fin.WalkEnd, md.To)
