@@ -4,6 +4,7 @@ import (
 	"github.com/cmfs-project/cmfs/repl"
 
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/api/replpb"
 	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 )
 
 // DefaultAddr is where `replicad serve` listens unless told otherwise.
@@ -194,36 +196,15 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 	return s.Serve(ctx, lis)
 }
 
-// checkLoopback refuses an address that is not loopback: a missing host
-// (every interface), an address that is not loopback, a name that
-// resolves to one.
+// checkLoopback refuses an address that is not loopback; tlsconfig
+// decides, for every service.
 func checkLoopback(ctx context.Context, op, addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("address %q: %v: %w", addr, err, ErrInvalid)
-	}
-	if host == "" {
+	err := tlsconfig.CheckLoopback(ctx, op, addr)
+	switch {
+	case errors.Is(err, tlsconfig.ErrInsecure):
 		return &insecureError{op: op, addr: addr}
+	case errors.Is(err, tlsconfig.ErrAddress):
+		return fmt.Errorf("%v: %w", err, ErrInvalid)
 	}
-	var ips []net.IP
-	if ip := net.ParseIP(host); ip != nil {
-		ips = []net.IP{ip}
-	} else {
-		addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
-		if err != nil {
-			return fmt.Errorf("resolve %s: %w", host, err)
-		}
-		for _, a := range addrs {
-			ips = append(ips, a.IP)
-		}
-	}
-	if len(ips) == 0 {
-		return &insecureError{op: op, addr: addr}
-	}
-	for _, ip := range ips {
-		if !ip.IsLoopback() {
-			return &insecureError{op: op, addr: addr}
-		}
-	}
-	return nil
+	return err
 }
