@@ -170,8 +170,15 @@ type Descriptor struct {
 	// descriptor_checksum the xxh64 of container.yaml without itself.
 	ContainerChecksum  string `protobuf:"bytes,10,opt,name=container_checksum,json=containerChecksum,proto3" json:"container_checksum,omitempty"`
 	DescriptorChecksum string `protobuf:"bytes,11,opt,name=descriptor_checksum,json=descriptorChecksum,proto3" json:"descriptor_checksum,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// reason says why the container is UNHEALTHY.
+	Reason string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	// chunks counts the chunk files; metadata_bytes and metadata_checksum
+	// are the size and xxh64 of metadata/container.db as closed.
+	Chunks           int32  `protobuf:"varint,13,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	MetadataBytes    int64  `protobuf:"varint,14,opt,name=metadata_bytes,json=metadataBytes,proto3" json:"metadata_bytes,omitempty"`
+	MetadataChecksum string `protobuf:"bytes,15,opt,name=metadata_checksum,json=metadataChecksum,proto3" json:"metadata_checksum,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Descriptor) Reset() {
@@ -277,6 +284,34 @@ func (x *Descriptor) GetContainerChecksum() string {
 func (x *Descriptor) GetDescriptorChecksum() string {
 	if x != nil {
 		return x.DescriptorChecksum
+	}
+	return ""
+}
+
+func (x *Descriptor) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Descriptor) GetChunks() int32 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+func (x *Descriptor) GetMetadataBytes() int64 {
+	if x != nil {
+		return x.MetadataBytes
+	}
+	return 0
+}
+
+func (x *Descriptor) GetMetadataChecksum() string {
+	if x != nil {
+		return x.MetadataChecksum
 	}
 	return ""
 }
@@ -876,8 +911,8 @@ type TarChunk struct {
 	// offset of data in the stream: 0, then the sum of the lengths before.
 	Offset int64  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
 	Data   []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
-	// First message only: size is the container's data size (what the
-	// target reserves room for), compression the tarball's, wait_scan as in
+	// First message only: size is the container's size on disk (what the
+	// target reserves room for: twice that), compression the tarball's, wait_scan as in
 	// ReplicateRequest.
 	Size        int64  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
 	Compression string `protobuf:"bytes,5,opt,name=compression,proto3" json:"compression,omitempty"`
@@ -1163,7 +1198,7 @@ var File_container_proto protoreflect.FileDescriptor
 
 const file_container_proto_rawDesc = "" +
 	"\n" +
-	"\x0fcontainer.proto\x12\x11cmfs.container.v1\"\x8d\x03\n" +
+	"\x0fcontainer.proto\x12\x11cmfs.container.v1\"\x91\x04\n" +
 	"\n" +
 	"Descriptor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12.\n" +
@@ -1177,7 +1212,11 @@ const file_container_proto_rawDesc = "" +
 	"\x11created_unix_nano\x18\t \x01(\x03R\x0fcreatedUnixNano\x12-\n" +
 	"\x12container_checksum\x18\n" +
 	" \x01(\tR\x11containerChecksum\x12/\n" +
-	"\x13descriptor_checksum\x18\v \x01(\tR\x12descriptorChecksum\"/\n" +
+	"\x13descriptor_checksum\x18\v \x01(\tR\x12descriptorChecksum\x12\x16\n" +
+	"\x06reason\x18\f \x01(\tR\x06reason\x12\x16\n" +
+	"\x06chunks\x18\r \x01(\x05R\x06chunks\x12%\n" +
+	"\x0emetadata_bytes\x18\x0e \x01(\x03R\rmetadataBytes\x12+\n" +
+	"\x11metadata_checksum\x18\x0f \x01(\tR\x10metadataChecksum\"/\n" +
 	"\aBlockID\x12\x10\n" +
 	"\x03sum\x18\x01 \x01(\x06R\x03sum\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\"4\n" +
