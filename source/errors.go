@@ -8,29 +8,33 @@ import (
 
 	"github.com/cmfs-project/cmfs/internal/rpcerr"
 	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/repl"
 )
 
 // Errors returned by the package, on the server and, through the status
 // codes, on the client: a client error wraps the sentinel the server's
-// error wrapped.
+// error wrapped. Those a Client's Fetch returns also match repl's, so
+// that a load reacts to them as to its own fetcher's (ErrNotFound is a
+// repl.ErrNoCopy, ErrRefused a repl.ErrUnsafePath, ErrMismatch a
+// repl.ErrChecksum, ErrChanged a repl.ErrStale).
 var (
 	// ErrNotFound is returned by ReadFile and Fetch when neither the path
 	// nor cmroot holds the content asked for.
-	ErrNotFound = errors.New("source: not found")
+	ErrNotFound error = &sentinel{"source: not found", repl.ErrNoCopy}
 	// ErrInvalid is returned for a malformed request: a bad checksum or
 	// size, an absolute path, a ".." element, a NUL, an empty range.
 	ErrInvalid = errors.New("source: invalid request")
 	// ErrRefused is returned for a path the service never serves: one
 	// that leads outside the warehouse root, or into the state directory.
-	ErrRefused = errors.New("source: refused")
+	ErrRefused error = &sentinel{"source: refused", repl.ErrUnsafePath}
 	// ErrMismatch is returned by a Fetch reader at EOF when the bytes
 	// received from cmroot do not have the xxh64 asked for: a corrupt
 	// entry.
-	ErrMismatch = errors.New("source: checksum mismatch")
+	ErrMismatch error = &sentinel{"source: checksum mismatch", repl.ErrChecksum}
 	// ErrChanged is returned by a Fetch reader at EOF, with
 	// WithStreaming only, when the live file turned out to hold other
 	// bytes than asked for: discard them and fetch again with f.CM set.
-	ErrChanged = errors.New("source: live file changed")
+	ErrChanged error = &sentinel{"source: live file changed", repl.ErrStale}
 	// ErrUnavailable is returned when the journal cannot be read: held by
 	// a mount whose control socket does not answer, or the server is
 	// going away.
@@ -39,6 +43,15 @@ var (
 	// non-loopback address: without TLS only loopback is allowed.
 	ErrInsecure = errors.New("source: non-loopback address without TLS")
 )
+
+// sentinel is an error of this package that is also one of repl's.
+type sentinel struct {
+	msg string
+	is  error
+}
+
+func (e *sentinel) Error() string { return e.msg }
+func (e *sentinel) Unwrap() error { return e.is }
 
 // insecureError keeps the message the operator reads free of the
 // sentinel's text.

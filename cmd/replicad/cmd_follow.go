@@ -104,7 +104,7 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	}
 	defer os.RemoveAll(work)
 
-	client, err := source.Dial(ctx, opts.source, source.WithSpoolDir(work))
+	client, err := source.Dial(ctx, opts.source, source.WithStreaming()) // the load stages and verifies
 	if err != nil {
 		return err
 	}

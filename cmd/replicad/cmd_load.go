@@ -92,7 +92,7 @@ func runLoad(ctx context.Context, g *globalOptions, opts loadOptions, _ []string
 
 	var fetch repl.Fetcher
 	if opts.source != "" {
-		c, err := source.Dial(ctx, opts.source)
+		c, err := source.Dial(ctx, opts.source, source.WithStreaming()) // the load stages and verifies
 		if err != nil {
 			return err
 		}

@@ -702,7 +702,7 @@ func (r *runner) followRows(ctx context.Context) []*bench.ReplRow {
 	)
 	if r.replicad != "" {
 		if addr, _, err = r.serve(ctx, "follow", state); err == nil {
-			client, err = source.Dial(ctx, addr)
+			client, err = source.Dial(ctx, addr, source.WithStreaming())
 		}
 		if err == nil {
 			_, err = r.start("replicad-follow", r.replicad, "follow", "--source", addr, "--target", tgt, "--interval", c.interval.String())
@@ -1083,7 +1083,7 @@ func (r *runner) serveInProcess(ctx context.Context, backing string) (string, *s
 			r.logf("source server: %v", err)
 		}
 	}()
-	client, err := source.Dial(ctx, lis.Addr().String())
+	client, err := source.Dial(ctx, lis.Addr().String(), source.WithStreaming())
 	stop := func() {
 		if client != nil {
 			client.Close()
