@@ -1,0 +1,76 @@
+package peer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cmfs-project/cmfs/internal/tlsconfig"
+)
+
+// Defaults of Config.
+const (
+	DefaultConcurrency = 10
+	DefaultTaskTimeout = time.Hour
+	DefaultAttempts    = 5
+	DefaultBackoff     = 500 * time.Millisecond
+	// maxBackoff caps the wait between two attempts.
+	maxBackoff = 30 * time.Second
+)
+
+// Config says how a Server serves and replicates.
+type Config struct {
+	// NodeID and Rack name the node; they label its metrics.
+	NodeID string
+	Rack   string
+	// Addr is the address other nodes reach this one at: what a target
+	// downloads from when this node replicates in pull mode. Default: the
+	// address Serve listens on (with TLS, the name in the certificate is
+	// usually the better choice).
+	Addr string
+	// TLS names the node's certificate, key and CA. Zero: no TLS, and
+	// only loopback addresses are served and dialed.
+	TLS tlsconfig.Config
+	// Bandwidth caps the replication data this node sends (pushes and
+	// downloads it serves together), in bytes per second. 0: no cap.
+	Bandwidth int64
+	// Concurrency is how many replication tasks run at once (twice as
+	// many while the node is decommissioning). Default 10.
+	Concurrency int
+	// TaskTimeout is a task's deadline, from when it is submitted, unless
+	// the task sets its own. Default 1h.
+	TaskTimeout time.Duration
+	// Attempts bounds the transfers one task starts; Backoff is the wait
+	// before the second, doubling (with jitter) for each further one, up
+	// to 30s. Defaults 5 and 500ms.
+	Attempts int
+	Backoff  time.Duration
+}
+
+// withDefaults fills in the defaults and checks the rest.
+func (c Config) withDefaults() (Config, error) {
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.TaskTimeout == 0 {
+		c.TaskTimeout = DefaultTaskTimeout
+	}
+	if c.Attempts == 0 {
+		c.Attempts = DefaultAttempts
+	}
+	if c.Backoff == 0 {
+		c.Backoff = DefaultBackoff
+	}
+	switch {
+	case c.Concurrency < 0:
+		return c, fmt.Errorf("peer: concurrency %d: %w", c.Concurrency, ErrInvalid)
+	case c.TaskTimeout < 0:
+		return c, fmt.Errorf("peer: task timeout %v: %w", c.TaskTimeout, ErrInvalid)
+	case c.Attempts < 0:
+		return c, fmt.Errorf("peer: attempts %d: %w", c.Attempts, ErrInvalid)
+	case c.Backoff < 0:
+		return c, fmt.Errorf("peer: backoff %v: %w", c.Backoff, ErrInvalid)
+	case c.Bandwidth < 0:
+		return c, fmt.Errorf("peer: bandwidth %d: %w", c.Bandwidth, ErrInvalid)
+	}
+	return c, nil
+}

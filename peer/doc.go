@@ -1,0 +1,49 @@
+// Package peer is replicad's container service (api/container.proto): the
+// admin calls of `replicad container ...` on one node, and the traffic
+// that copies a container from one node to another.
+//
+// # Serving
+//
+// A Server wraps the node's container store (a *container.Store, through
+// the Store interface) and serves the Container service. With
+// Config.TLS set it speaks mutual TLS 1.3 (internal/tlsconfig) to clients
+// and to the peers it dials; without, it listens on, and dials, loopback
+// addresses only (tlsconfig.ErrInsecure).
+//
+// # Replication
+//
+// Replicate on the source node puts a task on the node's Supervisor: a
+// priority queue deduplicated by (container, target), with a concurrency
+// limit (doubled while the node is decommissioning), a deadline per task,
+// an optional bandwidth limit for everything the node sends, and
+// Prometheus metrics. A task runs in one of two modes:
+//
+//   - push (the default): the source exports the container's tarball
+//     straight into a Push stream to the target, which imports it. A
+//     transfer cut off (connection reset, the target still cleaning up
+//     the last attempt) is started again from offset 0 — an import is
+//     atomic, so a failed one leaves nothing to resume — a bounded number
+//     of times with exponential backoff.
+//   - pull: the source asks the target to Fetch the container, and the
+//     target downloads it from the source (Download) — in general from a
+//     list of sources, going on to the next when one fails.
+//
+// Either way Replicate returns when the target has imported the container
+// (RECOVERING, or with WaitScan CLOSED/UNHEALTHY after its scan) or
+// failed, with the target's reason.
+//
+// # Streams
+//
+// A tarball travels in messages of at most 1 MiB, each in a buffer of its
+// own, sent as gRPC flow control allows: nothing holds more than a message
+// or two of it in memory. Messages carry the container id and their
+// offset; the receiver refuses a gap or an overlap (ErrInvalid), and the
+// last message carries the xxh64 of the whole stream, checked before the
+// import may finish (container.ErrCorrupt). The receiver feeds the stream
+// to Store.Import through an io.Pipe, closing it with the stream's error,
+// so the import sees why the stream ended and discards everything.
+//
+// Errors cross the wire as gRPC status codes, translated once on each side
+// (toStatus, fromStatus), so errors.Is works on the client with the
+// container package's sentinels and this package's.
+package peer

@@ -1,0 +1,102 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// replicate is the Supervisor's ReplicateFunc: it copies t.Container to
+// t.Target, starting the transfer again after a failure that may pass
+// (retryable), up to Config.Attempts transfers.
+func (s *Server) replicate(ctx context.Context, t Task) (Result, error) {
+	c, err := s.dial(ctx, t.Target)
+	if err != nil {
+		return Result{}, fmt.Errorf("replicate container %d to %s: %w", t.Container, t.Target, err)
+	}
+	defer c.Close()
+	var res Result
+	res.Attempts, err = s.retry(ctx, func() error {
+		var r ImportResult
+		var err error
+		if t.Mode == Pull {
+			r, err = c.Fetch(ctx, FetchRequest{Container: t.Container, Compression: t.Compression, Sources: []string{s.Addr()}, WaitScan: t.WaitScan})
+		} else {
+			r, err = s.push(ctx, c, t)
+		}
+		res.Descriptor, res.Bytes = r.Descriptor, r.Bytes
+		return err
+	})
+	if err != nil {
+		attempts := "1 attempt"
+		if res.Attempts != 1 {
+			attempts = fmt.Sprintf("%d attempts", res.Attempts)
+		}
+		return res, fmt.Errorf("replicate container %d to %s (%s, %s): %w", t.Container, t.Target, t.Mode, attempts, err)
+	}
+	return res, nil
+}
+
+// push exports the container straight into a Push stream to the target,
+// held to the node's bandwidth limit.
+func (s *Server) push(ctx context.Context, c *Client, t Task) (ImportResult, error) {
+	d, err := s.store.Descriptor(t.Container)
+	if err != nil {
+		return ImportResult{}, err
+	}
+	p, err := c.Push(ctx, PushHeader{Container: t.Container, Size: d.Size(), Compression: t.Compression, WaitScan: t.WaitScan})
+	if err != nil {
+		return ImportResult{}, err
+	}
+	w := limit(ctx, s.lim, countWriter{p, s.sup.m.sent})
+	if err := s.store.Export(ctx, t.Container, t.Compression, w); err != nil {
+		p.Abort()
+		if perr := p.Err(); perr != nil {
+			return ImportResult{}, perr // the target's refusal, not the export's
+		}
+		return ImportResult{}, err
+	}
+	return p.Finish()
+}
+
+// retry runs f until it succeeds, fails for good, or has run
+// Config.Attempts times, waiting Config.Backoff (doubling, with jitter)
+// between runs. It returns how many times f ran and its last error.
+func (s *Server) retry(ctx context.Context, f func() error) (int, error) {
+	wait := s.cfg.Backoff
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil || !retryable(err) || attempt >= s.cfg.Attempts || ctx.Err() != nil {
+			return attempt, err
+		}
+		if s.onRetry != nil {
+			s.onRetry(attempt, err)
+		}
+		// Jitter: 0.5 to 1.5 times wait, so retries of many tasks spread.
+		d := wait/2 + rand.N(wait+1)
+		timer := time.NewTimer(d)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return attempt, err
+		}
+		wait = min(2*wait, maxBackoff)
+	}
+}
+
+// countWriter counts what passes into a metric.
+type countWriter struct {
+	w io.Writer
+	c prometheus.Counter
+}
+
+func (c countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.c.Add(float64(n))
+	return n, err
+}
