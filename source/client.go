@@ -47,9 +47,11 @@ func WithSpoolDir(dir string) Option { return func(c *Client) { c.spoolDir = dir
 
 // WithStreaming makes Fetch stream live files through as well, instead of
 // holding them back until their checksum is known: for a caller that
-// stages the bytes itself and, on ErrChanged at EOF, discards them and
-// asks again with f.CM set (cmroot only). It saves the copy a large live
-// file otherwise takes.
+// stages the bytes itself, verifies their size and xxh64, and on
+// ErrChanged at EOF discards them and asks again with f.CM set (cmroot
+// only). It saves the copy a large live file otherwise takes, and the
+// client's own hash: the reader tells ErrChanged and ErrMismatch by the
+// server's sum, and the caller's check is the one that counts.
 func WithStreaming() Option { return func(c *Client) { c.streaming = true } }
 
 // Dial returns a client for the Source service at addr, which must be a
@@ -65,6 +67,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		// An event of an rm -r names every file it preserved.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)),
+		grpc.WithInitialWindowSize(streamWindow), grpc.WithInitialConnWindowSize(connWindow),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
@@ -143,7 +146,10 @@ func (c *Client) readFile(ctx context.Context, req *replpb.ReadFileRequest) (*fi
 		cancel()
 		return nil, fmt.Errorf("fetch %s: %w", req.Path, fromStatus(err))
 	}
-	r := &fileReader{c: c, cancel: cancel, stream: stream, req: req, h: xxhash.New()}
+	r := &fileReader{c: c, cancel: cancel, stream: stream, req: req}
+	if !c.streaming {
+		r.h = xxhash.New()
+	}
 	r.next()
 	if r.err != nil && !errors.Is(r.err, io.EOF) && !errors.Is(r.err, ErrMismatch) && !errors.Is(r.err, ErrChanged) {
 		cancel()
@@ -206,6 +212,9 @@ type fileReader struct {
 	stream grpc.ServerStreamingClient[replpb.Chunk]
 	req    *replpb.ReadFileRequest
 	from   string
+	// h hashes what the reader yields; nil with WithStreaming, where the
+	// caller verifies the bytes itself and the server's sum only tells
+	// ErrChanged from ErrMismatch (one hash less per byte).
 	h      *xxhash.Digest
 	buf    []byte
 	err    error // returned once buf is drained: io.EOF or the failure
@@ -238,14 +247,19 @@ func (r *fileReader) next() {
 		r.from = ch.From
 	}
 	r.c.bytes.Add(int64(len(ch.Data)))
-	r.h.Write(ch.Data)
+	if r.h != nil {
+		r.h.Write(ch.Data)
+	}
 	r.buf = ch.Data
 	if !ch.Eof {
 		return
 	}
 	r.cancel()
-	// Our own sum, not the server's word for it.
-	if got := journal.FormatSum(r.h.Sum64()); got != r.req.Xxh64 {
+	got := ch.Xxh64
+	if r.h != nil {
+		got = journal.FormatSum(r.h.Sum64()) // our own sum, not the server's word for it
+	}
+	if got != r.req.Xxh64 {
 		sentinel := ErrMismatch
 		if r.from == fromLive {
 			sentinel = ErrChanged
