@@ -1,0 +1,72 @@
+// Package container is replicad's unit of cross-host durability, after
+// Apache Ozone's containers: a directory of blocks, addressed by content
+// (xxh64 and size), that is filled while OPEN, then CLOSED (immutable,
+// every checksum written) and copied whole between hosts as a tarball.
+//
+// Contract:
+//
+//   - Put appends a block to the one open container (created on demand on
+//     the volume with the most free space); the same bytes twice in one
+//     container are stored once. A container closes at
+//     Options.ContainerSize, after Options.IdleClose, on CloseContainer or
+//     on Store.Close. Put does not fsync: a block survives a killed
+//     process at once and a power loss once its container is closed.
+//     CloseContainer makes everything durable (chunk data, index,
+//     checksum file, then the descriptor, CLOSED last).
+//   - OpenBlock serves a block from any OPEN, CLOSING or CLOSED container
+//     holding it, and checks its xxh64 as it is read.
+//   - Export streams a CLOSED or UNHEALTHY container as a tar (none, gzip,
+//     snappy, lz4 or zstd) straight from its files; Import takes one in:
+//     reservation, tarball in tmp, descriptor checked, extraction through
+//     an os.Root of only the format's names, atomic rename, RECOVERING,
+//     then a background scan (WaitScan) that makes it CLOSED or UNHEALTHY.
+//     Nothing partial is ever visible under <volume>/<id>; nothing is
+//     written outside <volume>/tmp before the rename; every failure path
+//     removes the tarball and the temporary directory and releases the
+//     reservation; a kill -9 leaves them in tmp, which OpenStore empties.
+//   - Verify re-reads everything a container holds and records CLOSED or
+//     UNHEALTHY durably. No container becomes CLOSED without every
+//     checksum matching, except by CloseContainer of the open one, whose
+//     data this process wrote.
+//   - A Store is safe for concurrent use. One Store at a time holds a
+//     volume (flock on <volume>/.lock; ErrInUse otherwise).
+//
+// On-disk format (layout version 1) of a volume:
+//
+//	<volume>/.lock                     held by the Store that has the volume
+//	<volume>/<id>/                     a container; id is a random non-zero uint64 in decimal
+//	<volume>/tmp/container-copy/       tarballs being received: <id>.tar[.gz|.sz|.lz4|.zst]
+//	<volume>/tmp/container-extract/    tarballs being unpacked: <id>-<random>/
+//	<volume>/tmp/container-new/        containers being created
+//	<volume>/tmp/container-delete/     containers being removed
+//
+// and of a container directory (the tarball holds the same names, in this
+// order, container.yaml first):
+//
+//	container.yaml               the descriptor (Descriptor), YAML
+//	metadata/container.checksum  the container checksum: 16 hex digits and "\n"
+//	metadata/container.db        the block index, bbolt
+//	chunks/<n>.data              block data, n = 0 … chunks-1, blocks back to back
+//
+// container.yaml has the fields layoutVersion (1), containerID, state
+// (OPEN CLOSING CLOSED RECOVERING UNHEALTHY DELETED), reason (why
+// UNHEALTHY), checksumType ("xxh64"), replicaIndex, replication
+// ("replica:N" or "ec:rs-D-P-CELLk"), bytes (data in the chunks), blocks,
+// chunks (number of chunk files), metadataBytes and metadataChecksum (size
+// and xxh64 of container.db, checked before bbolt opens a file that came
+// from elsewhere), maxSize, created, containerChecksum, and last
+// descriptorChecksum: the xxh64 of the file's exact bytes with that line
+// reading `descriptorChecksum: ""`. Checking raw bytes, not re-encoded
+// YAML, means no byte can change unnoticed. While a container is OPEN its
+// file on disk keeps bytes, blocks and the checksums at their initial
+// values; CLOSING and later carry the final ones.
+//
+// The index has one bucket, "blocks": key = xxh64 (8 bytes big-endian)
+// then size (8), value = chunk number (4), offset in the chunk file (8),
+// length (8, equal to the size). The container checksum is the xxh64 of
+// every key followed by its value, in key order. Chunk files hold exactly
+// the indexed blocks: sorted by offset they cover each file from 0 to its
+// end with no gap or overlap, which the scan checks along with each
+// block's xxh64. A chunk file starts when the previous one reaches
+// Options.ChunkSize; a block never spans two.
+package container

@@ -1,0 +1,493 @@
+package container
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/cmfs-project/cmfs/internal/durable"
+	"golang.org/x/sys/unix"
+)
+
+// importSlack is room an import reserves beyond the size its caller gives:
+// tar framing, the descriptor, the index and checksum file, and a
+// compressor's worst-case growth on incompressible data.
+func importSlack(size int64) int64 { return 1<<20 + size/64 }
+
+// maxChecksumFile bounds metadata/container.checksum in a tarball.
+const maxChecksumFile = 64
+
+// Import receives container id as a tarball from r (compressed with c) and
+// puts it in place, in this order, so that nothing partial is ever
+// visible:
+//
+//  1. refuse if id is here (ErrExists) or being imported (ErrImporting);
+//  2. pick the volume with the most free space (statfs free minus other
+//     reservations) that can hold 2× (size + slack), and reserve that;
+//     none can: ErrNoSpace, before anything is written. size is the
+//     container's data size (Descriptor.Bytes, or Descriptor.Size());
+//  3. copy r into <volume>/tmp/container-copy/<id>.tar[.gz|.sz|.lz4|.zst],
+//     at most the reservation (ErrHostile beyond);
+//  4. check the first entry is container.yaml with a valid checksum
+//     (ErrCorrupt), for container id, CLOSED or UNHEALTHY, and at most
+//     size bytes of data (ErrHostile); grow the reservation if its
+//     metadata needs more room (ErrNoSpace if the volume has none);
+//  5. unpack, through an os.Root, into a new directory under
+//     <volume>/tmp/container-extract: only the format's names, regular
+//     files and directories, each once, no larger than the descriptor
+//     says (ErrHostile); a truncated or undecodable stream is ErrCorrupt;
+//  6. rewrite the descriptor as RECOVERING, delete the tarball, make the
+//     files durable (one syncfs of the volume), rename the directory to
+//     <volume>/<id> (never replacing one) and fsync the volume;
+//  7. register the container, account its size to the volume and start
+//     its scan (see WaitScan), which makes it CLOSED or UNHEALTHY.
+//
+// On every error the tarball and the temporary directory are removed and
+// the reservation released. A process killed mid-way leaves them only in
+// tmp, which the next OpenStore empties. Import returns when r does: a
+// caller that gives up closes r (io.Pipe's CloseWithError) as well as
+// cancelling ctx. The returned descriptor is RECOVERING.
+func (s *Store) Import(ctx context.Context, id uint64, size int64, c Compression, r io.Reader) (Descriptor, error) {
+	d, err := s.importTar(ctx, id, size, c, r)
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("import container %d: %w", id, err)
+	}
+	return d, nil
+}
+
+func (s *Store) importTar(ctx context.Context, id uint64, size int64, comp Compression, r io.Reader) (Descriptor, error) {
+	comp, err := comp.norm()
+	if err != nil {
+		return Descriptor{}, err
+	}
+	if id == 0 || size < 0 {
+		return Descriptor{}, fmt.Errorf("bad id %d or size %d", id, size)
+	}
+	need := size + importSlack(size)
+	im := &importer{s: s, id: id, size: size, comp: comp, res: 2 * need, buf: make([]byte, copyBufSize)}
+
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return Descriptor{}, ErrClosed
+	case s.containers[id] != nil:
+		s.mu.Unlock()
+		return Descriptor{}, ErrExists
+	case s.importing[id]:
+		s.mu.Unlock()
+		return Descriptor{}, ErrImporting
+	}
+	v, _, err := s.choose(im.res)
+	if err != nil {
+		s.mu.Unlock()
+		return Descriptor{}, err
+	}
+	im.v = v
+	v.reserved += im.res
+	s.importing[id] = true
+	s.wg.Add(1) // Close waits for imports, which its ctx cancels
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		v.reserved -= im.res
+		delete(s.importing, id)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel)
+	defer stop()
+	defer im.cleanup()
+	return im.run(ctx, r)
+}
+
+// importer is one Import's state; its paths are removed by cleanup unless
+// the container was placed.
+type importer struct {
+	s    *Store
+	id   uint64
+	size int64
+	comp Compression
+	v    *volume
+	res  int64 // bytes reserved on v (Store.mu)
+	buf  []byte
+
+	tarPath string
+	tarFile *os.File
+	tmpDir  string
+	placed  bool
+
+	desc     Descriptor
+	seen     map[string]bool
+	written  int64 // bytes extracted
+	chunkLen int64 // of which chunk data
+	chunks   []bool
+	files    []*os.File // extracted files still to fsync (syncFiles)
+}
+
+func (im *importer) cleanup() {
+	for _, f := range im.files {
+		f.Close()
+	}
+	if im.tarFile != nil {
+		im.tarFile.Close()
+	}
+	if im.tarPath != "" {
+		os.Remove(im.tarPath)
+	}
+	if im.tmpDir != "" && !im.placed {
+		os.RemoveAll(im.tmpDir)
+	}
+}
+
+func (im *importer) run(ctx context.Context, r io.Reader) (Descriptor, error) {
+	s, v := im.s, im.v
+	im.tarPath = filepath.Join(v.path(copyDir), strconv.FormatUint(im.id, 10)+".tar"+im.comp.ext())
+	f, err := os.OpenFile(im.tarPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		im.tarPath = "" // not ours to remove
+		return Descriptor{}, err
+	}
+	im.tarFile = f
+	n, err := im.receive(ctx, r)
+	if err != nil {
+		return Descriptor{}, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return Descriptor{}, err
+	}
+	zr, err := im.comp.newReader(bufio.NewReaderSize(f, copyBufSize))
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("decompress %s: %v: %w", im.comp, err, ErrCorrupt)
+	}
+	defer zr.Close()
+	var tr *tar.Reader
+	if im.comp == None {
+		tr = tar.NewReader(zr) // already buffered
+	} else {
+		tr = tar.NewReader(bufferedReader(zr))
+	}
+	if err := im.readDescriptor(tr); err != nil {
+		return Descriptor{}, err
+	}
+	// What unpacking may write, by the now verified descriptor.
+	limit := im.desc.Bytes + im.desc.MetadataBytes + maxChecksumFile
+	if err := im.grow(n + limit); err != nil {
+		return Descriptor{}, err
+	}
+	if im.tmpDir, err = os.MkdirTemp(v.path(extractDir), strconv.FormatUint(im.id, 10)+"-"); err != nil {
+		return Descriptor{}, err
+	}
+	root, err := os.OpenRoot(im.tmpDir)
+	if err != nil {
+		return Descriptor{}, err
+	}
+	defer root.Close()
+	if err := im.extract(ctx, tr, root); err != nil {
+		return Descriptor{}, err
+	}
+	d := im.desc
+	d.State, d.Reason = Recovering, ""
+	if err := writeDescriptor(im.tmpDir, &d, false); err != nil {
+		return Descriptor{}, err
+	}
+	// Gone before the sync, so its dirty pages are dropped, not written.
+	im.tarFile.Close()
+	im.tarFile = nil
+	if err := os.Remove(im.tarPath); err != nil {
+		return Descriptor{}, err
+	}
+	im.tarPath = ""
+	if s.sync {
+		if err := im.syncAll(); err != nil {
+			return Descriptor{}, err
+		}
+	}
+	dst := v.path(strconv.FormatUint(im.id, 10))
+	if err := renameNoReplace(im.tmpDir, dst); err != nil {
+		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
+			return Descriptor{}, fmt.Errorf("%s: %w", dst, ErrExists)
+		}
+		return Descriptor{}, err
+	}
+	im.placed = true
+	c := &container{id: im.id, vol: v, dir: dst}
+	c.setDesc(d)
+	if s.sync {
+		if err := durable.SyncDir(v.dir); err != nil {
+			// In place but perhaps not durably: register it anyway (it is
+			// there), and let the caller retry or not.
+			s.register(c, im.written)
+			return Descriptor{}, err
+		}
+	}
+	s.register(c, im.written)
+	s.startScan(c)
+	return d, nil
+}
+
+// register adds an imported container to the Store.
+func (s *Store) register(c *container, size int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.containers[c.id] = c
+	c.size = size
+	c.vol.used += size
+	c.vol.n++
+}
+
+// receive copies r to the tarball, at most the reservation, in large
+// writes (small pipe reads are gathered first).
+func (im *importer) receive(ctx context.Context, r io.Reader) (int64, error) {
+	var n int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		m, err := io.ReadFull(r, im.buf)
+		if m > 0 {
+			if n+int64(m) > im.res {
+				return n, fmt.Errorf("tarball beyond the %d bytes reserved for a container of %d: %w", im.res, im.size, ErrHostile)
+			}
+			if _, werr := im.tarFile.Write(im.buf[:m]); werr != nil {
+				return n, werr
+			}
+			n += int64(m)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("receive: %w", err)
+		}
+	}
+}
+
+// grow makes the reservation at least total bytes, if the volume has room.
+func (im *importer) grow(total int64) error {
+	s := im.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if total <= im.res {
+		return nil
+	}
+	_, free, err := s.opts.Statfs(im.v.dir)
+	if err != nil {
+		return err
+	}
+	if more := total - im.res; free-im.v.reserved < more {
+		return fmt.Errorf("metadata needs %d more bytes, volume %s has %d: %w", more, im.v.dir, free-im.v.reserved, ErrNoSpace)
+	}
+	im.v.reserved += total - im.res
+	im.res = total
+	return nil
+}
+
+// readDescriptor reads the tarball's first entry, which must be a valid
+// container.yaml for the container being imported.
+func (im *importer) readDescriptor(tr *tar.Reader) error {
+	hdr, err := tr.Next()
+	if err != nil {
+		return fmt.Errorf("tarball: %v: %w", err, ErrCorrupt)
+	}
+	if hdr.Name != descriptorName || hdr.Typeflag != tar.TypeReg || hdr.Size > maxDescriptor {
+		return fmt.Errorf("first entry %q (type %q, %d bytes), want %s: %w", hdr.Name, hdr.Typeflag, hdr.Size, descriptorName, ErrHostile)
+	}
+	raw, err := io.ReadAll(tr)
+	if err != nil {
+		return fmt.Errorf("%s: %v: %w", descriptorName, err, ErrCorrupt)
+	}
+	d, err := parseDescriptor(raw)
+	if err != nil {
+		return err
+	}
+	switch {
+	case d.ID != im.id:
+		return fmt.Errorf("descriptor is for container %d: %w", d.ID, ErrHostile)
+	case d.State != Closed && d.State != Unhealthy:
+		return fmt.Errorf("descriptor state %s, want CLOSED or UNHEALTHY: %w", d.State, ErrHostile)
+	case d.Bytes > im.size:
+		return fmt.Errorf("descriptor says %d bytes of data, the import reserved for %d: %w", d.Bytes, im.size, ErrHostile)
+	}
+	im.desc = d
+	im.seen = map[string]bool{descriptorName: true}
+	im.chunks = make([]bool, d.Chunks)
+	return nil
+}
+
+// extract unpacks the tarball's remaining entries into root, accepting
+// only what the format has.
+func (im *importer) extract(ctx context.Context, tr *tar.Reader, root *os.Root) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("tarball: %v: %w", err, ErrCorrupt)
+		}
+		if err := im.entry(ctx, hdr, tr, root); err != nil {
+			return err
+		}
+	}
+	var missing []string
+	for _, name := range []string{dbName, checksumName} {
+		if !im.seen[name] {
+			missing = append(missing, name)
+		}
+	}
+	for n, ok := range im.chunks {
+		if !ok {
+			missing = append(missing, chunkName(n))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("tarball lacks %s: %w", strings.Join(missing, ", "), ErrCorrupt)
+	}
+	if im.chunkLen != im.desc.Bytes {
+		return fmt.Errorf("chunks hold %d bytes, descriptor says %d: %w", im.chunkLen, im.desc.Bytes, ErrCorrupt)
+	}
+	return nil
+}
+
+// entry checks and writes one tar entry.
+func (im *importer) entry(ctx context.Context, hdr *tar.Header, r io.Reader, root *os.Root) error {
+	name := hdr.Name
+	hostile := func(why string) error {
+		return fmt.Errorf("entry %q: %s: %w", name, why, ErrHostile)
+	}
+	key := strings.TrimSuffix(name, "/")
+	if im.seen[key] {
+		return hostile("duplicate")
+	}
+	im.seen[key] = true
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if key != metadataDir && key != chunksDir {
+			return hostile("not a directory of the format")
+		}
+		return mkdirRoot(root, key)
+	case tar.TypeReg:
+	default:
+		return hostile(fmt.Sprintf("type %q: only regular files and directories", hdr.Typeflag))
+	}
+	if hdr.Linkname != "" {
+		return hostile("regular file with a link name")
+	}
+	// The most each file may hold, by the descriptor.
+	var limit int64
+	n, isChunk := parseChunkName(name)
+	switch {
+	case name == dbName:
+		limit = im.desc.MetadataBytes
+	case name == checksumName:
+		limit = maxChecksumFile
+	case isChunk:
+		if n >= len(im.chunks) {
+			return hostile(fmt.Sprintf("descriptor has %d chunks", len(im.chunks)))
+		}
+		limit = im.desc.Bytes - im.chunkLen
+	default:
+		return hostile("not a name of the format")
+	}
+	if hdr.Size < 0 || hdr.Size > limit {
+		return hostile(fmt.Sprintf("%d bytes, beyond the %d the descriptor allows", hdr.Size, limit))
+	}
+	if isChunk {
+		im.chunks[n] = true
+		im.chunkLen += hdr.Size
+	}
+	if err := mkdirRoot(root, filepath.Dir(name)); err != nil {
+		return err
+	}
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := im.copyEntry(ctx, f, r, hdr.Size); err != nil {
+		f.Close()
+		return fmt.Errorf("entry %q: %w", name, err)
+	}
+	im.written += hdr.Size
+	if im.s.opts.syncFiles && im.s.sync {
+		im.files = append(im.files, f) // fsynced together in syncAll
+		return nil
+	}
+	return f.Close()
+}
+
+// copyEntry copies exactly n bytes of the current entry to f.
+func (im *importer) copyEntry(ctx context.Context, f *os.File, r io.Reader, n int64) error {
+	for left := n; left > 0; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		m, err := io.ReadFull(r, im.buf[:min(int64(len(im.buf)), left)])
+		if m > 0 {
+			if _, werr := f.Write(im.buf[:m]); werr != nil {
+				return werr
+			}
+			left -= int64(m)
+		}
+		if err != nil {
+			if left == 0 && err == io.EOF {
+				return nil
+			}
+			return fmt.Errorf("%v: %w", err, ErrCorrupt)
+		}
+	}
+	return nil
+}
+
+// mkdirRoot makes directory name in root unless it exists.
+func mkdirRoot(root *os.Root, name string) error {
+	if name == "." {
+		return nil
+	}
+	err := root.Mkdir(name, 0o755)
+	if errors.Is(err, os.ErrExist) {
+		if fi, serr := root.Lstat(name); serr == nil && fi.IsDir() {
+			return nil
+		}
+	}
+	return err
+}
+
+// syncAll makes the extracted directory durable before the rename: one
+// syncfs of the volume's filesystem (measured faster than fsyncing each
+// file, see BenchmarkExportImport), or, with Options.syncFiles, an fsync
+// of each file and directory.
+func (im *importer) syncAll() error {
+	if !im.s.opts.syncFiles {
+		return durable.SyncFS(im.tmpDir)
+	}
+	for len(im.files) > 0 {
+		f := im.files[0]
+		im.files = im.files[1:]
+		err := f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{metadataDir, chunksDir, "."} {
+		if err := durable.SyncDir(filepath.Join(im.tmpDir, d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

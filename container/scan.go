@@ -1,0 +1,278 @@
+package container
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// scanJob is one scan of a container; Verify and WaitScan wait on it.
+type scanJob struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	desc   Descriptor // set before done closes
+	err    error
+}
+
+// startScan starts a scan of c in the background, or returns the one
+// running. The Store owns it: Close and Delete cancel it, and a cancelled
+// scan leaves the state as it was (the next OpenStore scans again).
+func (s *Store) startScan(c *container) *scanJob {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if job := s.scans[c.id]; job != nil {
+		return job
+	}
+	job := &scanJob{done: make(chan struct{})}
+	if s.closed {
+		job.desc, job.err = *c.desc.Load(), ErrClosed
+		close(job.done)
+		return job
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	job.cancel = cancel
+	s.scans[c.id] = job
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		job.desc, job.err = s.scanWhenFree(ctx, c)
+		s.mu.Lock()
+		delete(s.scans, c.id)
+		s.mu.Unlock()
+		close(job.done)
+	}()
+	return job
+}
+
+// scanWhenFree waits for one of the Options.Scanners slots, then scans.
+func (s *Store) scanWhenFree(ctx context.Context, c *container) (Descriptor, error) {
+	select {
+	case s.scanSem <- struct{}{}:
+		defer func() { <-s.scanSem }()
+	case <-ctx.Done():
+		return *c.desc.Load(), ctx.Err()
+	}
+	return s.scan(ctx, c)
+}
+
+// Verify scans container id: the descriptor's own checksum, the index
+// file's size and checksum, the container checksum (computed over the
+// index, and as the descriptor and the checksum file record it), that the
+// blocks tile the chunk files exactly, and every block's xxh64. All good:
+// CLOSED (from CLOSED, CLOSING, RECOVERING or UNHEALTHY); anything wrong:
+// UNHEALTHY, with Reason saying what. The new state is written durably
+// before Verify returns. If a scan of id is already running (after an
+// import), Verify waits for it instead of starting another. A cancelled
+// ctx stops the wait, not the scan. Errors: ErrNotFound, ErrNotClosed
+// (OPEN), ErrClosed, or an I/O error writing the descriptor.
+func (s *Store) Verify(ctx context.Context, id uint64) (Descriptor, error) {
+	c, err := s.get(id)
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("verify container %d: %w", id, err)
+	}
+	if st := c.state(); st == Open {
+		return *c.desc.Load(), fmt.Errorf("verify container %d: state %s: %w", id, st, ErrNotClosed)
+	}
+	return s.wait(ctx, id, s.startScan(c))
+}
+
+// WaitScan waits until no scan of container id is running (the one an
+// Import or OpenStore started) and returns its descriptor: CLOSED or
+// UNHEALTHY after an import. Errors: ErrNotFound, ErrClosed, ctx's.
+func (s *Store) WaitScan(ctx context.Context, id uint64) (Descriptor, error) {
+	c, err := s.get(id)
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("wait for scan of container %d: %w", id, err)
+	}
+	s.mu.Lock()
+	job := s.scans[id]
+	s.mu.Unlock()
+	if job == nil {
+		return *c.desc.Load(), nil
+	}
+	return s.wait(ctx, id, job)
+}
+
+func (s *Store) wait(ctx context.Context, id uint64, job *scanJob) (Descriptor, error) {
+	select {
+	case <-job.done:
+	case <-ctx.Done():
+		return Descriptor{}, fmt.Errorf("scan container %d: %w", id, ctx.Err())
+	}
+	if job.err != nil {
+		return job.desc, fmt.Errorf("scan container %d: %w", id, job.err)
+	}
+	return job.desc, nil
+}
+
+// scan checks c and records the verdict.
+func (s *Store) scan(ctx context.Context, c *container) (Descriptor, error) {
+	c.rw.RLock()
+	defer c.rw.RUnlock()
+	recs, reason, err := check(ctx, c.dir, *c.desc.Load())
+	if err != nil {
+		return *c.desc.Load(), err
+	}
+	c.mu.Lock()
+	d := *c.desc.Load()
+	if reason == "" {
+		d.State, d.Reason = Closed, ""
+	} else {
+		d.State, d.Reason = Unhealthy, reason
+	}
+	err = writeDescriptor(c.dir, &d, s.sync)
+	if err == nil {
+		c.setDesc(d)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return *c.desc.Load(), err
+	}
+	s.mu.Lock()
+	if s.containers[c.id] == c {
+		if d.State != Closed {
+			s.unindex(c)
+		} else if !c.indexed {
+			s.index(c, recs)
+		}
+	}
+	s.mu.Unlock()
+	return d, nil
+}
+
+// check verifies a container directory against its descriptor d. It
+// returns the index's records and "" when everything matches, a reason
+// when something does not, and an error only when ctx ends.
+func check(ctx context.Context, dir string, d Descriptor) ([]record, string, error) {
+	disk, err := readDescriptor(dir)
+	switch {
+	case err != nil:
+		return nil, fmt.Sprintf("descriptor: %v", err), nil
+	case disk.ID != d.ID:
+		return nil, fmt.Sprintf("descriptor names container %d", disk.ID), nil
+	}
+	// Check the index file before bbolt maps it: bbolt trusts its file.
+	dbPath := filepath.Join(dir, dbName)
+	n, msum, err := fileChecksum(dbPath)
+	switch {
+	case err != nil:
+		return nil, fmt.Sprintf("index file: %v", err), nil
+	case n != d.MetadataBytes || sumHex(msum) != d.MetadataChecksum:
+		return nil, fmt.Sprintf("index file: %d bytes xxh64 %s, descriptor says %d bytes %s", n, sumHex(msum), d.MetadataBytes, d.MetadataChecksum), nil
+	}
+	recs, sum, err := readIndex(dbPath)
+	if err != nil {
+		return nil, err.Error(), nil
+	}
+	file, err := os.ReadFile(filepath.Join(dir, checksumName))
+	switch {
+	case err != nil:
+		return nil, fmt.Sprintf("checksum file: %v", err), nil
+	case sumHex(sum) != d.ContainerChecksum || !bytes.Equal(file, []byte(d.ContainerChecksum+"\n")):
+		return nil, fmt.Sprintf("container checksum: index %s, descriptor %s, checksum file %q", sumHex(sum), d.ContainerChecksum, bytes.TrimSpace(file)), nil
+	case int64(len(recs)) != d.Blocks:
+		return nil, fmt.Sprintf("index holds %d blocks, descriptor says %d", len(recs), d.Blocks), nil
+	}
+	names, err := chunkFiles(dir)
+	if err != nil {
+		return nil, err.Error(), nil
+	}
+	if len(names) != d.Chunks {
+		return nil, fmt.Sprintf("%d chunk files, descriptor says %d", len(names), d.Chunks), nil
+	}
+	byChunk := make([][]record, d.Chunks)
+	for _, r := range recs {
+		if r.chunk >= d.Chunks {
+			return nil, fmt.Sprintf("block %s in missing %s", r.id, chunkName(r.chunk)), nil
+		}
+		byChunk[r.chunk] = append(byChunk[r.chunk], r)
+	}
+	var total int64
+	buf := make([]byte, copyBufSize)
+	for n, rs := range byChunk {
+		// An empty block may share its offset with the next one.
+		slices.SortFunc(rs, func(a, b record) int { return cmp.Or(cmp.Compare(a.off, b.off), cmp.Compare(a.id.Size, b.id.Size)) })
+		size, reason, err := checkChunk(ctx, filepath.Join(dir, chunkName(n)), rs, buf)
+		if err != nil || reason != "" {
+			return nil, reason, err
+		}
+		total += size
+	}
+	if total != d.Bytes {
+		return nil, fmt.Sprintf("chunks hold %d bytes, descriptor says %d", total, d.Bytes), nil
+	}
+	return recs, "", nil
+}
+
+// checkChunk reads one chunk file straight through, checking that its
+// blocks (sorted by offset) cover it exactly and that each hashes to its
+// sum. It returns the file's size.
+func checkChunk(ctx context.Context, path string, rs []record, buf []byte) (int64, string, error) {
+	name := chunksDir + "/" + filepath.Base(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Sprintf("%s: %v", name, err), nil
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Sprintf("%s: %v", name, err), nil
+	}
+	var pos int64
+	for _, r := range rs {
+		if r.off != pos {
+			return 0, fmt.Sprintf("%s: block %s at %d, want %d (gap or overlap)", name, r.id, r.off, pos), nil
+		}
+		pos += r.id.Size
+	}
+	if pos != fi.Size() {
+		return 0, fmt.Sprintf("%s: %d bytes, its blocks cover %d", name, fi.Size(), pos), nil
+	}
+	h := xxhash.New()
+	i, left := 0, int64(0)
+	if len(rs) > 0 {
+		left = rs[0].id.Size
+	}
+	for i < len(rs) {
+		if err := ctx.Err(); err != nil {
+			return 0, "", err
+		}
+		m, err := f.Read(buf)
+		p := buf[:m]
+		for len(p) > 0 || (i < len(rs) && left == 0) {
+			take := min(int64(len(p)), left)
+			h.Write(p[:take])
+			p, left = p[take:], left-take
+			if left > 0 {
+				break
+			}
+			if got := h.Sum64(); got != rs[i].id.Sum {
+				return 0, fmt.Sprintf("%s: block %s at %d: xxh64 %s", name, rs[i].id, rs[i].off, sumHex(got)), nil
+			}
+			h.Reset()
+			if i++; i == len(rs) {
+				break
+			}
+			left = rs[i].id.Size
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Sprintf("%s: %v", name, err), nil
+		}
+	}
+	if i < len(rs) {
+		return 0, fmt.Sprintf("%s: ends inside block %s", name, rs[i].id), nil
+	}
+	return fi.Size(), "", nil
+}
