@@ -21,6 +21,10 @@ import (
 // compressor's worst-case growth on incompressible data.
 func importSlack(size int64) int64 { return 1<<20 + size/64 }
 
+// maxTrailer bounds what may follow the end of the tar archive (tar
+// implementations pad to a record size).
+const maxTrailer = 64 << 10
+
 // maxChecksumFile bounds metadata/container.checksum in a tarball.
 const maxChecksumFile = 64
 
@@ -194,6 +198,15 @@ func (im *importer) run(ctx context.Context, r io.Reader) (Descriptor, error) {
 	defer root.Close()
 	if err := im.extract(ctx, tr, root); err != nil {
 		return Descriptor{}, err
+	}
+	// The tar ends before the compressed stream does: read that to its
+	// end too, or gzip's, lz4's and zstd's trailing checksums would never
+	// be checked.
+	if n, err := io.CopyN(io.Discard, zr, maxTrailer+1); err != io.EOF {
+		if err != nil {
+			return Descriptor{}, fmt.Errorf("tarball end: %v: %w", err, ErrCorrupt)
+		}
+		return Descriptor{}, fmt.Errorf("more than %d bytes after the tar's end (%d): %w", maxTrailer, n, ErrHostile)
 	}
 	d := im.desc
 	d.State, d.Reason = Recovering, ""
