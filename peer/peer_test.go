@@ -32,9 +32,19 @@ type node struct {
 // the cleanup also checks that no import is left behind.
 func startNode(t *testing.T, store *fakeStore, cfg Config, opts ...Option) *node {
 	t.Helper()
+	return startNodeWith(t, store, cfg, nil, opts...)
+}
+
+// startNodeWith is startNode with setup run on the server before it
+// serves.
+func startNodeWith(t *testing.T, store *fakeStore, cfg Config, setup func(*Server), opts ...Option) *node {
+	t.Helper()
 	srv, err := NewServer(store, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(srv)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
