@@ -835,8 +835,8 @@ func (x *ReplicateRequest) GetWaitScan() bool {
 
 type ReplicateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// descriptor is the container as the target imported it.
-	Descriptor_ *Descriptor `protobuf:"bytes,1,opt,name=descriptor,proto3" json:"descriptor,omitempty"`
+	// container is the descriptor as the target imported it.
+	Container *Descriptor `protobuf:"bytes,1,opt,name=container,proto3" json:"container,omitempty"`
 	// bytes is the tarball's length on the wire (compressed).
 	Bytes int64 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	// attempts counts the transfers started: more than one after a reset.
@@ -876,9 +876,9 @@ func (*ReplicateResponse) Descriptor() ([]byte, []int) {
 	return file_container_proto_rawDescGZIP(), []int{11}
 }
 
-func (x *ReplicateResponse) GetDescriptor_() *Descriptor {
+func (x *ReplicateResponse) GetContainer() *Descriptor {
 	if x != nil {
-		return x.Descriptor_
+		return x.Container
 	}
 	return nil
 }
@@ -1012,8 +1012,9 @@ func (x *TarChunk) GetXxh64() string {
 }
 
 type ImportResponse struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	Descriptor_ *Descriptor            `protobuf:"bytes,1,opt,name=descriptor,proto3" json:"descriptor,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// container is the descriptor as imported.
+	Container *Descriptor `protobuf:"bytes,1,opt,name=container,proto3" json:"container,omitempty"`
 	// bytes is the tarball's length as received.
 	Bytes int64 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	// source is the address a Fetch downloaded from; empty for a Push.
@@ -1052,9 +1053,9 @@ func (*ImportResponse) Descriptor() ([]byte, []int) {
 	return file_container_proto_rawDescGZIP(), []int{13}
 }
 
-func (x *ImportResponse) GetDescriptor_() *Descriptor {
+func (x *ImportResponse) GetContainer() *Descriptor {
 	if x != nil {
-		return x.Descriptor_
+		return x.Container
 	}
 	return nil
 }
@@ -1248,11 +1249,9 @@ const file_container_proto_rawDesc = "" +
 	"\x04mode\x18\x03 \x01(\x0e2\x17.cmfs.container.v1.ModeR\x04mode\x12 \n" +
 	"\vcompression\x18\x04 \x01(\tR\vcompression\x12\x1a\n" +
 	"\bpriority\x18\x05 \x01(\x05R\bpriority\x12\x1b\n" +
-	"\twait_scan\x18\x06 \x01(\bR\bwaitScan\"\xa9\x01\n" +
-	"\x11ReplicateResponse\x12=\n" +
-	"\n" +
-	"descriptor\x18\x01 \x01(\v2\x1d.cmfs.container.v1.DescriptorR\n" +
-	"descriptor\x12\x14\n" +
+	"\twait_scan\x18\x06 \x01(\bR\bwaitScan\"\xa7\x01\n" +
+	"\x11ReplicateResponse\x12;\n" +
+	"\tcontainer\x18\x01 \x01(\v2\x1d.cmfs.container.v1.DescriptorR\tcontainer\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x1a\n" +
 	"\battempts\x18\x03 \x01(\x05R\battempts\x12#\n" +
 	"\rduration_nano\x18\x04 \x01(\x03R\fdurationNano\"\xd4\x01\n" +
@@ -1264,11 +1263,9 @@ const file_container_proto_rawDesc = "" +
 	"\vcompression\x18\x05 \x01(\tR\vcompression\x12\x1b\n" +
 	"\twait_scan\x18\x06 \x01(\bR\bwaitScan\x12\x10\n" +
 	"\x03eof\x18\a \x01(\bR\x03eof\x12\x14\n" +
-	"\x05xxh64\x18\b \x01(\tR\x05xxh64\"}\n" +
-	"\x0eImportResponse\x12=\n" +
-	"\n" +
-	"descriptor\x18\x01 \x01(\v2\x1d.cmfs.container.v1.DescriptorR\n" +
-	"descriptor\x12\x14\n" +
+	"\x05xxh64\x18\b \x01(\tR\x05xxh64\"{\n" +
+	"\x0eImportResponse\x12;\n" +
+	"\tcontainer\x18\x01 \x01(\v2\x1d.cmfs.container.v1.DescriptorR\tcontainer\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x16\n" +
 	"\x06source\x18\x03 \x01(\tR\x06source\"V\n" +
 	"\x0fDownloadRequest\x12!\n" +
@@ -1343,8 +1340,8 @@ var file_container_proto_depIdxs = []int32{
 	2,  // 2: cmfs.container.v1.ListResponse.containers:type_name -> cmfs.container.v1.Descriptor
 	3,  // 3: cmfs.container.v1.GetRequest.block:type_name -> cmfs.container.v1.BlockID
 	1,  // 4: cmfs.container.v1.ReplicateRequest.mode:type_name -> cmfs.container.v1.Mode
-	2,  // 5: cmfs.container.v1.ReplicateResponse.descriptor:type_name -> cmfs.container.v1.Descriptor
-	2,  // 6: cmfs.container.v1.ImportResponse.descriptor:type_name -> cmfs.container.v1.Descriptor
+	2,  // 5: cmfs.container.v1.ReplicateResponse.container:type_name -> cmfs.container.v1.Descriptor
+	2,  // 6: cmfs.container.v1.ImportResponse.container:type_name -> cmfs.container.v1.Descriptor
 	4,  // 7: cmfs.container.v1.Container.Put:input_type -> cmfs.container.v1.PutRequest
 	6,  // 8: cmfs.container.v1.Container.Close:input_type -> cmfs.container.v1.CloseRequest
 	7,  // 9: cmfs.container.v1.Container.List:input_type -> cmfs.container.v1.ListRequest
