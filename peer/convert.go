@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/api/containerpb"
-	"github.com/cmfs-project/cmfs/peer/internal/container"
+	"github.com/cmfs-project/cmfs/container"
 )
 
 func descToPB(d container.Descriptor) *containerpb.Descriptor {

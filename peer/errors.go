@@ -6,7 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/cmfs-project/cmfs/internal/rpcerr"
-	"github.com/cmfs-project/cmfs/peer/internal/container"
+	"github.com/cmfs-project/cmfs/container"
 )
 
 // Errors of this package, on the server and, through status codes, on the

@@ -18,7 +18,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig/tlstest"
-	"github.com/cmfs-project/cmfs/peer/internal/container"
+	"github.com/cmfs-project/cmfs/container"
 )
 
 // TestPushRetriedAfterReset cuts the push's connection after 3 MiB with

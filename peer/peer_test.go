@@ -17,12 +17,12 @@ import (
 
 	"github.com/cmfs-project/cmfs/api/containerpb"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
-	"github.com/cmfs-project/cmfs/peer/internal/container"
+	"github.com/cmfs-project/cmfs/container"
 )
 
 // node is a Server on 127.0.0.1 and a client of it.
 type node struct {
-	store *fakeStore
+	store *fakeStore // nil for a real store
 	srv   *Server
 	addr  string
 	c     *Client
@@ -39,7 +39,16 @@ func startNode(t *testing.T, store *fakeStore, cfg Config, opts ...Option) *node
 // serves.
 func startNodeWith(t *testing.T, store *fakeStore, cfg Config, setup func(*Server), opts ...Option) *node {
 	t.Helper()
-	srv, err := NewServer(store, cfg)
+	n := serve(t, store, cfg, setup, opts...)
+	n.store = store
+	t.Cleanup(func() { store.check(t) })
+	return n
+}
+
+// serve serves st on a free loopback port until the test ends.
+func serve(t *testing.T, st Store, cfg Config, setup func(*Server), opts ...Option) *node {
+	t.Helper()
+	srv, err := NewServer(st, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +62,7 @@ func startNodeWith(t *testing.T, store *fakeStore, cfg Config, setup func(*Serve
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis) }()
-	n := &node{store: store, srv: srv, addr: lis.Addr().String()}
+	n := &node{srv: srv, addr: lis.Addr().String()}
 	if n.c, err = Dial(ctx, n.addr, opts...); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +72,6 @@ func startNodeWith(t *testing.T, store *fakeStore, cfg Config, setup func(*Serve
 		if err := <-done; err != nil {
 			t.Errorf("serve %s: %v", n.addr, err)
 		}
-		store.check(t)
 	})
 	return n
 }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/api/containerpb"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
-	"github.com/cmfs-project/cmfs/peer/internal/container"
+	"github.com/cmfs-project/cmfs/container"
 )
 
 // Server serves the Container service over a node's Store, and runs the

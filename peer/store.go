@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 
-	"github.com/cmfs-project/cmfs/peer/internal/container"
+	"github.com/cmfs-project/cmfs/container"
 )
 
 // Store is what a Server needs of the node's containers; *container.Store
@@ -21,3 +21,5 @@ type Store interface {
 	Import(ctx context.Context, id uint64, size int64, c container.Compression, r io.Reader) (container.Descriptor, error)
 	WaitScan(ctx context.Context, id uint64) (container.Descriptor, error)
 }
+
+var _ Store = (*container.Store)(nil)

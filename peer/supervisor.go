@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/cmfs-project/cmfs/peer/internal/container"
+	"github.com/cmfs-project/cmfs/container"
 )
 
 // Mode is how a container travels to its target.
