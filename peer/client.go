@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/cmfs-project/cmfs/api/containerpb"
-	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 )
 
 // clientPing is how often a client pings a connection that carries

@@ -5,8 +5,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/cmfs-project/cmfs/internal/rpcerr"
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/rpcerr"
 )
 
 // Errors of this package, on the server and, through status codes, on the

@@ -16,9 +16,9 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig/tlstest"
-	"github.com/cmfs-project/cmfs/container"
 )
 
 // TestPushRetriedAfterReset cuts the push's connection after 3 MiB with

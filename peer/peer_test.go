@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cmfs-project/cmfs/api/containerpb"
-	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 )
 
 // node is a Server on 127.0.0.1 and a client of it.

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/cmfs-project/cmfs/api/containerpb"
-	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 )
 
 // Server serves the Container service over a node's Store, and runs the
