@@ -27,7 +27,9 @@ const (
 // dumps from the bootstrap's last event on, while the writer still runs
 // and after it stopped, until no event is left. Loaded in order, the
 // target must end equal to the source. Files are fetched with
-// --source-state.
+// --source-state. The first BOOTSTRAP walks the tree; a second one, taken
+// while the writer runs, lists the catalog (built by a walk that races
+// the writer, then brought up to date), and is checked the same way.
 func TestReplBootstrapRacing(t *testing.T) { replBootstrapRacing(t, false) }
 
 // TestReplBootstrapRacingServe is TestReplBootstrapRacing with the
@@ -78,17 +80,14 @@ func replBootstrapRacing(t *testing.T, viaServe bool) {
 	waitFor(t, 10*time.Second, "the writer to get going", func() bool { return ops.Load() >= 20 })
 
 	dumps := t.TempDir()
-	boot := replDump(t, m.State, dumps)
+	// The first BOOTSTRAP walks the tree (--walk), racing the writer, to
+	// put the load's handling of the events that raced with it to the
+	// test.
+	boot := replDump(t, m.State, dumps, "--walk")
 	if boot.Kind != "BOOTSTRAP" || boot.From != 0 {
 		t.Fatalf("replicad dump without --from: got %+v, want a BOOTSTRAP from 0", boot)
 	}
-	var fin struct {
-		To      uint64 `json:"to"`
-		WalkEnd uint64 `json:"walk_end"`
-	}
-	if err := json.Unmarshal(readFile(t, filepath.Join(boot.Dump, "_finished_dump")), &fin); err != nil {
-		t.Fatalf("%s/_finished_dump: %v", boot.Dump, err)
-	}
+	fin := readFinished(t, boot.Dump)
 	t.Logf("bootstrap pinned to event %d; the walk ended at %d (%d writer ops so far)", boot.To, fin.WalkEnd, ops.Load())
 	if want := fmt.Sprintf("bootstrap-%d", boot.To); filepath.Base(boot.Dump) != want {
 		t.Errorf("bootstrap dump %s pinned to event %d: named for another event (want %s)", boot.Dump, boot.To, want)
@@ -101,7 +100,8 @@ func replBootstrapRacing(t *testing.T, viaServe bool) {
 	// the journal is quiescent.
 	var incs []dumpInfo
 	from := boot.To + 1
-	for range 3 {
+	var boot2 dumpInfo
+	for i := range 3 {
 		var last uint64
 		waitFor(t, 10*time.Second, fmt.Sprintf("events after %d", from-1), func() bool {
 			last = lastEventID(t, m.State)
@@ -109,6 +109,17 @@ func replBootstrapRacing(t *testing.T, viaServe bool) {
 		})
 		incs = append(incs, incremental(t, m.State, dumps, from, last))
 		from = last + 1
+		if i == 1 {
+			// A second BOOTSTRAP, from the catalog, still racing the
+			// writer: its first walk races it, then the journal brings
+			// it up to date; the dump lists the tree exactly as of its
+			// pin, with no event racing it.
+			boot2 = replDump(t, m.State, t.TempDir())
+			fin2 := readFinished(t, boot2.Dump)
+			if fin2.WalkEnd != boot2.To {
+				t.Errorf("second bootstrap pinned to %d with walk_end %d: a catalog races no event", boot2.To, fin2.WalkEnd)
+			}
+		}
 	}
 	stop()
 	if written != nil {
@@ -142,6 +153,23 @@ func replBootstrapRacing(t *testing.T, viaServe bool) {
 	if st := statusOf(t, target); st.LastReplID != from-1 {
 		t.Errorf("status at the end: last_repl_id %d, want %d", st.LastReplID, from-1)
 	}
+
+	target2 := t.TempDir()
+	replLoad(t, boot2.Dump, target2, bootSrc)
+	replLoad(t, incremental(t, m.State, t.TempDir(), boot2.To+1, from-1).Dump, target2, src)
+	checkTarget(t, "after the second (catalog) bootstrap and an incremental", target2, want)
+}
+
+// readFinished reads a dump's _finished_dump.
+func readFinished(t *testing.T, dump string) (fin struct {
+	To      uint64 `json:"to"`
+	WalkEnd uint64 `json:"walk_end"`
+}) {
+	t.Helper()
+	if err := json.Unmarshal(readFile(t, filepath.Join(dump, "_finished_dump")), &fin); err != nil {
+		t.Fatalf("%s/_finished_dump: %v", dump, err)
+	}
+	return fin
 }
 
 // raceContent is n bytes that differ for every seed.

@@ -88,8 +88,8 @@ func (opts *DumpOptions) keeps(db, table string) bool {
 
 func dumpBootstrap(ctx context.Context, events Events, out string, opts DumpOptions) (DumpResult, error) {
 	res := DumpResult{Dir: out, Kind: Bootstrap}
-	if opts.Tree == nil {
-		return res, fmt.Errorf("a BOOTSTRAP dump needs the source tree")
+	if opts.Tree == nil && opts.Catalog == nil {
+		return res, fmt.Errorf("a BOOTSTRAP dump needs the source tree or a catalog")
 	}
 	if md, err := ReadMetadata(out); err == nil {
 		if md.Kind != Bootstrap || md.Source != opts.Source || md.DB != opts.DB || md.Table != opts.Table {
@@ -105,7 +105,15 @@ func dumpBootstrap(ctx context.Context, events Events, out string, opts DumpOpti
 			return res, err
 		}
 	}
-	to, err := events.Last(ctx)
+	tree := opts.Tree
+	var to uint64
+	var err error
+	if opts.Catalog != nil {
+		to, err = opts.Catalog.Update(ctx, events, opts.Tree)
+		tree = opts.Catalog
+	} else {
+		to, err = events.Last(ctx)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -116,7 +124,7 @@ func dumpBootstrap(ctx context.Context, events Events, out string, opts DumpOpti
 	}
 
 	us := units{}
-	err = opts.Tree.Walk(ctx, func(p string, isDir bool, size int64, sum string) error {
+	err = tree.Walk(ctx, func(p string, isDir bool, size int64, sum string) error {
 		if err := checkRel(p); err != nil {
 			return err
 		}
@@ -144,9 +152,11 @@ func dumpBootstrap(ctx context.Context, events Events, out string, opts DumpOpti
 	if err != nil {
 		return res, err
 	}
-	walkEnd, err := events.Last(ctx)
-	if err != nil {
-		return res, err
+	walkEnd := to // a catalog is the tree as of to, exactly
+	if opts.Catalog == nil {
+		if walkEnd, err = events.Last(ctx); err != nil {
+			return res, err
+		}
 	}
 	keys := make([]string, 0, len(us))
 	for k := range us {

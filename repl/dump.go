@@ -76,8 +76,13 @@ type DumpOptions struct {
 	DB, Table string
 	// Source identifies the source warehouse; Load refuses to mix sources.
 	Source string
-	// Tree is the current tree, required for a BOOTSTRAP.
+	// Tree is the current tree, required for a BOOTSTRAP (with a
+	// Catalog: the first time it is brought up to date).
 	Tree Tree
+	// Catalog, if set, is what a BOOTSTRAP lists: brought up to the
+	// newest event first, it is the tree exactly as of that event, and
+	// the dump is pinned there with no events racing it.
+	Catalog *Catalog
 }
 
 // DumpResult says what Dump wrote.

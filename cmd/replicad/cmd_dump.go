@@ -19,6 +19,7 @@ type dumpOptions struct {
 	from, to  uint64
 	db, table string
 	json      bool
+	walk      bool
 }
 
 func newDumpCmd(g *globalOptions) *cobra.Command {
@@ -29,8 +30,12 @@ func newDumpCmd(g *globalOptions) *cobra.Command {
 		Long: `Write a dump — metadata only, files are listed, never copied — into a new
 directory under DUMPROOT. With --from N, an INCREMENTAL dump of events N..M
 (M: --to, else the newest event when the dump starts), built from the
-events alone. Without --from, a BOOTSTRAP of the current tree, pinned to
-the newest event before the walk.
+events alone. Without --from, a BOOTSTRAP of the tree as of the newest
+event: listed from the catalog (STATE/catalog.db), which the first
+BOOTSTRAP builds by walking and hashing the tree and every later one
+brings up to date from the journal, so that it reads no file and races
+no event. --walk lists the tree by walking and hashing it instead, pinned
+to the newest event before the walk.
 
 The dump directory is named after what it holds: incremental-N-M or
 bootstrap-M, with -db=NAME and -table=NAME appended for a filtered dump.
@@ -58,6 +63,7 @@ with keys dump, kind, from, to.`,
 	f.StringVar(&opts.db, "db", "", "keep only database `NAME`")
 	f.StringVar(&opts.table, "table", "", "keep only table `NAME`")
 	f.BoolVar(&opts.json, "json", false, "print one JSON object")
+	f.BoolVar(&opts.walk, "walk", false, "BOOTSTRAP: walk and hash the tree instead of listing the catalog")
 	return cmd
 }
 
@@ -79,6 +85,9 @@ func runDump(ctx context.Context, g *globalOptions, opts dumpOptions, _ []string
 	if opts.from == 0 && opts.to != 0 {
 		return errors.New("--to needs --from: a BOOTSTRAP is pinned to the newest event when it starts")
 	}
+	if opts.walk && opts.from != 0 {
+		return errors.New("--walk is for a BOOTSTRAP (leave out --from)")
+	}
 	if opts.to != 0 && opts.to < opts.from {
 		return fmt.Errorf("--to %d is before --from %d", opts.to, opts.from)
 	}
@@ -99,7 +108,16 @@ func runDump(ctx context.Context, g *globalOptions, opts dumpOptions, _ []string
 	do := repl.DumpOptions{From: opts.from, To: opts.to, DB: opts.db, Table: opts.table, Source: m.sourceID()}
 	if opts.from == 0 {
 		do.Tree = m.tree()
+		if !opts.walk {
+			c, err := repl.OpenCatalog(filepath.Join(m.state, repl.CatalogFile))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			do.Catalog = c
+		}
 	}
+
 	dir, err := dumpDir(ctx, root, events, &do)
 	if err != nil {
 		return err
