@@ -46,7 +46,7 @@ func startNodeWith(t *testing.T, store *fakeStore, cfg Config, setup func(*Serve
 }
 
 // serve serves st on a free loopback port until the test ends.
-func serve(t *testing.T, st Store, cfg Config, setup func(*Server), opts ...Option) *node {
+func serve(t testing.TB, st Store, cfg Config, setup func(*Server), opts ...Option) *node {
 	t.Helper()
 	srv, err := NewServer(st, cfg)
 	if err != nil {
