@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -374,6 +375,8 @@ func TestDownload(t *testing.T) {
 		t.Errorf("download a missing container: %v, want ErrNotFound", err)
 	}
 }
+
+var _ grpc.ServiceRegistrar = (*Server)(nil)
 
 func TestInsecureRefused(t *testing.T) {
 	ctx := context.Background()

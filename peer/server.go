@@ -77,6 +77,11 @@ func NewServer(store Store, cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// RegisterService registers another service on the server's gRPC server,
+// so that it shares the listener and the credentials (a *Server is a
+// grpc.ServiceRegistrar): call it before Serve.
+func (s *Server) RegisterService(desc *grpc.ServiceDesc, impl any) { s.srv.RegisterService(desc, impl) }
+
 // Config returns the configuration with the defaults filled in.
 func (s *Server) Config() Config { return s.cfg }
 
