@@ -59,9 +59,10 @@ type Config struct {
 	Allow []string
 }
 
-// Enabled says whether any file is given: TLS is wanted (and Server or
-// Client says whether the configuration is complete).
-func (c Config) Enabled() bool { return c.Cert != "" || c.Key != "" || c.CA != "" }
+// Enabled says whether any of it is given: TLS is wanted (and Server or
+// Client says whether the configuration is complete: an allow-list alone
+// is ErrIncomplete, not ignored).
+func (c Config) Enabled() bool { return c.Cert != "" || c.Key != "" || c.CA != "" || len(c.Allow) > 0 }
 
 // Server returns the configuration of a server: TLS 1.3, c's certificate,
 // client certificates required and verified against c.CA, and the

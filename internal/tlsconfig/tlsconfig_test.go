@@ -160,6 +160,7 @@ func TestFileErrors(t *testing.T) {
 		msg  string
 	}{
 		{"key missing", Config{Cert: a.Cert, CA: caFile}, ErrIncomplete, "--tls-key missing"},
+		{"allow-list alone", Config{Allow: []string{"node-a"}}, ErrIncomplete, "--tls-cert missing"},
 		{"cert missing", Config{Key: a.Key, CA: caFile}, ErrIncomplete, "--tls-cert missing"},
 		{"no such file", Config{Cert: filepath.Join(dir, "nope.pem"), Key: a.Key, CA: caFile}, ErrFile, "nope.pem: no such file or directory"},
 		{"CA not PEM", Config{Cert: a.Cert, Key: a.Key, CA: garbage}, ErrFile, "holds no PEM certificate"},
@@ -179,7 +180,7 @@ func TestFileErrors(t *testing.T) {
 			}
 		})
 	}
-	if (Config{}).Enabled() || !(Config{CA: caFile}).Enabled() {
+	if (Config{}).Enabled() || !(Config{CA: caFile}).Enabled() || !(Config{Allow: []string{"a"}}).Enabled() {
 		t.Error("Enabled is wrong")
 	}
 }
