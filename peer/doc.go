@@ -25,8 +25,9 @@
 //     atomic, so a failed one leaves nothing to resume — a bounded number
 //     of times with exponential backoff.
 //   - pull: the source asks the target to Fetch the container, and the
-//     target downloads it from the source (Download) — in general from a
-//     list of sources, going on to the next when one fails.
+//     target downloads it from the source (Download, at Config.Addr) — in
+//     general from a list of sources, going on to the next when one
+//     fails. Fetch is retried like a push.
 //
 // Either way Replicate returns when the target has imported the container
 // (RECOVERING, or with WaitScan CLOSED/UNHEALTHY after its scan) or
@@ -35,8 +36,8 @@
 // # Streams
 //
 // A tarball travels in messages of at most 1 MiB, each in a buffer of its
-// own, sent as gRPC flow control allows: nothing holds more than a message
-// or two of it in memory. Messages carry the container id and their
+// own, sent as gRPC flow control allows: the sender holds one message at
+// a time, and the flow-control windows bound what is in flight. Messages carry the container id and their
 // offset; the receiver refuses a gap or an overlap (ErrInvalid), and the
 // last message carries the xxh64 of the whole stream, checked before the
 // import may finish (container.ErrCorrupt). The receiver feeds the stream
