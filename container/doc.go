@@ -14,7 +14,8 @@
 //     CloseContainer makes everything durable (chunk data, index,
 //     checksum file, then the descriptor, CLOSED last).
 //   - OpenBlock serves a block from any OPEN, CLOSING or CLOSED container
-//     holding it, and checks its xxh64 as it is read.
+//     holding it (an imported or crash-recovered one once its scan has
+//     passed), and checks its xxh64 as it is read.
 //   - Export streams a CLOSED or UNHEALTHY container as a tar (none, gzip,
 //     snappy, lz4 or zstd) straight from its files; Import takes one in:
 //     reservation, tarball in tmp, descriptor checked, extraction through

@@ -221,8 +221,10 @@ func (s *Store) load(v *volume, rescan []*container) ([]*container, error) {
 }
 
 // Close closes the open container (so it need not be recovered next
-// time), stops background scans (they resume after the next OpenStore)
-// and releases the volumes. Calls after the first return nil.
+// time), stops background scans (they resume after the next OpenStore),
+// cancels imports in flight and waits for them (an import blocked reading
+// its stream ends when the caller closes it), and releases the volumes.
+// Calls after the first return nil.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
