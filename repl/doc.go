@@ -4,10 +4,13 @@
 // and data moves once: a dump lists files, it never holds their bytes.
 //
 // Dump reads events through Events (a local journal.Log, or a relay) and,
-// for a BOOTSTRAP, the current tree through Tree. Load fetches content
-// through Fetcher: from the live path while its checksum still matches,
-// else from cmroot by checksum; every byte is verified before it becomes
-// visible. Nothing here mounts, listens or dials.
+// for a BOOTSTRAP, the tree from a Catalog (the tree as of one event, kept
+// current from the journal) or by walking a Tree. Load fetches content
+// through Fetcher — from the live path while its checksum still matches,
+// else from cmroot by checksum — several files at a time, ahead of the
+// event being applied; every byte is verified before it becomes visible,
+// and content becomes visible event by event, in order. Nothing here
+// mounts, listens or dials.
 //
 // # Dump layout (version 1)
 //
