@@ -234,8 +234,11 @@ func (c *Client) Replicate(ctx context.Context, t Task) (Result, error) {
 		return Result{}, fmt.Errorf("replicate container %d: %w", t.Container, err)
 	}
 	mode := containerpb.Mode_PUSH
-	if t.Mode == Pull {
+	switch t.Mode {
+	case Pull:
 		mode = containerpb.Mode_PULL
+	case NodeDefault:
+		mode = containerpb.Mode_NODE_DEFAULT
 	}
 	resp, err := c.rpc.Replicate(ctx, &containerpb.ReplicateRequest{
 		ContainerId: t.Container,

@@ -30,6 +30,10 @@ type Config struct {
 	// TLS names the node's certificate, key and CA. Zero: no TLS, and
 	// only loopback addresses are served and dialed.
 	TLS tlsconfig.Config
+	// Pull makes the node replicate in pull mode (the target downloads)
+	// when a Replicate request leaves the mode to it (NodeDefault):
+	// `replicad serve --push=false`.
+	Pull bool
 	// Bandwidth caps the replication data this node sends (pushes and
 	// downloads it serves together), in bytes per second. 0: no cap.
 	Bandwidth int64

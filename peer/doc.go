@@ -29,6 +29,9 @@
 //     general from a list of sources, going on to the next when one
 //     fails. Fetch is retried like a push.
 //
+// A request may leave the mode to the node (NodeDefault): push, or pull
+// on a node whose Config.Pull is set (`replicad serve --push=false`).
+//
 // Either way Replicate returns when the target has imported the container
 // (RECOVERING, or with WaitScan CLOSED/UNHEALTHY after its scan) or
 // failed, with the target's reason.

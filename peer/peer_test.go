@@ -270,6 +270,34 @@ func TestReplicate(t *testing.T) {
 	}
 }
 
+// TestReplicateNodeDefault checks that a request leaving the mode to
+// the node replicates in push mode, or in pull mode on a node with
+// Config.Pull (serve --push=false): the failure names the mode run.
+func TestReplicateNodeDefault(t *testing.T) {
+	ctx := context.Background()
+	for _, pull := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pull=%v", pull), func(t *testing.T) {
+			src := startNode(t, newFakeStore(), Config{Pull: pull})
+			dst := startNode(t, newFakeStore(), Config{})
+			data := src.store.add(t, 7, 100_000)
+			if _, err := src.c.Replicate(ctx, Task{Container: 7, Target: dst.addr, Mode: NodeDefault}); err != nil {
+				t.Fatal(err)
+			}
+			if got := dst.store.tarball(7); !bytes.Equal(got, data) {
+				t.Fatalf("the target holds %d bytes, not the %d exported", len(got), len(data))
+			}
+			want := "(push,"
+			if pull {
+				want = "(pull,"
+			}
+			_, err := src.c.Replicate(ctx, Task{Container: 8, Target: dst.addr, Mode: NodeDefault})
+			if !errors.Is(err, container.ErrNotFound) || !strings.Contains(err.Error(), want) {
+				t.Errorf("replicating a missing container: %v, want ErrNotFound and %q", err, want)
+			}
+		})
+	}
+}
+
 func TestReplicateRefused(t *testing.T) {
 	ctx := context.Background()
 	src := startNode(t, newFakeStore(), fastRetry())

@@ -297,6 +297,12 @@ func (s *Server) Replicate(ctx context.Context, req *containerpb.ReplicateReques
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if t.Mode == NodeDefault {
+		t.Mode = Push
+		if s.cfg.Pull {
+			t.Mode = Pull
+		}
+	}
 	if d, ok := ctx.Deadline(); ok {
 		t.Deadline = d
 	}
@@ -328,6 +334,8 @@ func taskFromPB(req *containerpb.ReplicateRequest) (Task, error) {
 	case containerpb.Mode_PUSH:
 	case containerpb.Mode_PULL:
 		mode = Pull
+	case containerpb.Mode_NODE_DEFAULT:
+		mode = NodeDefault
 	default:
 		return Task{}, fmt.Errorf("replicate container %d: mode %v: %w", req.ContainerId, req.Mode, ErrInvalid)
 	}

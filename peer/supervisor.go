@@ -24,11 +24,18 @@ const (
 	Push Mode = iota
 	// Pull: the target downloads it from the source.
 	Pull
+	// NodeDefault leaves the choice to the node that replicates: Push,
+	// or Pull when it runs with Config.Pull. The node decides when the
+	// request arrives (Replicate); a task it runs is Push or Pull.
+	NodeDefault
 )
 
 func (m Mode) String() string {
-	if m == Pull {
+	switch m {
+	case Pull:
 		return "pull"
+	case NodeDefault:
+		return "node default"
 	}
 	return "push"
 }

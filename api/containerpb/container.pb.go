@@ -103,11 +103,17 @@ func (State) EnumDescriptor() ([]byte, []int) {
 	return file_container_proto_rawDescGZIP(), []int{0}
 }
 
+// Mode is how a Replicate moves the container.
 type Mode int32
 
 const (
+	// PUSH: the source streams the tarball to the target's Push.
 	Mode_PUSH Mode = 0
+	// PULL: the target downloads it from the source (Fetch).
 	Mode_PULL Mode = 1
+	// NODE_DEFAULT: as the source node is configured: PUSH, or PULL on a
+	// node serving with --push=false.
+	Mode_NODE_DEFAULT Mode = 2
 )
 
 // Enum value maps for Mode.
@@ -115,10 +121,12 @@ var (
 	Mode_name = map[int32]string{
 		0: "PUSH",
 		1: "PULL",
+		2: "NODE_DEFAULT",
 	}
 	Mode_value = map[string]int32{
-		"PUSH": 0,
-		"PULL": 1,
+		"PUSH":         0,
+		"PULL":         1,
+		"NODE_DEFAULT": 2,
 	}
 )
 
@@ -1285,10 +1293,11 @@ const file_container_proto_rawDesc = "" +
 	"\n" +
 	"RECOVERING\x10\x04\x12\r\n" +
 	"\tUNHEALTHY\x10\x05\x12\v\n" +
-	"\aDELETED\x10\x06*\x1a\n" +
+	"\aDELETED\x10\x06*,\n" +
 	"\x04Mode\x12\b\n" +
 	"\x04PUSH\x10\x00\x12\b\n" +
-	"\x04PULL\x10\x012\xb4\x05\n" +
+	"\x04PULL\x10\x01\x12\x10\n" +
+	"\fNODE_DEFAULT\x10\x022\xb4\x05\n" +
 	"\tContainer\x12F\n" +
 	"\x03Put\x12\x1d.cmfs.container.v1.PutRequest\x1a\x1e.cmfs.container.v1.PutResponse(\x01\x12G\n" +
 	"\x05Close\x12\x1f.cmfs.container.v1.CloseRequest\x1a\x1d.cmfs.container.v1.Descriptor\x12G\n" +
