@@ -39,9 +39,9 @@ type Options struct {
 	// NoSync skips every fsync (tests only).
 	NoSync bool
 
-	// syncFiles makes Import fsync each extracted file instead of one
-	// syncfs of the volume (benchmarks compare the two).
-	syncFiles bool
+	// syncFS makes Import sync with one syncfs of the volume instead of an
+	// fsync per extracted file (benchmarks compare the two).
+	syncFS bool
 }
 
 // Defaults for Options.
