@@ -1,0 +1,58 @@
+package cli
+
+import "testing"
+
+func TestParseBytes(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"0", 0, true},
+		{"1048576", 1 << 20, true},
+		{"64MiB", 64 << 20, true},
+		{"64M", 64 << 20, true},
+		{"5GiB", 5 << 30, true},
+		{"5G", 5 << 30, true},
+		{"512K", 512 << 10, true},
+		{"512k", 512 << 10, true},
+		{"2TiB", 2 << 40, true},
+		{"100MB", 100_000_000, true},
+		{"1kB", 1000, true},
+		{"1.5G", 3 << 29, true},
+		{"10B", 10, true},
+		{" 8 MiB ", 8 << 20, true},
+		{"9223372036854775807", 1<<63 - 1, false}, // float64 rounds it up to 2^63
+		{"", 0, false},
+		{"MiB", 0, false},
+		{"lots", 0, false},
+		{"-1", 0, false},
+		{"-1MiB", 0, false},
+		{"1PiB", 0, false},
+		{"NaN", 0, false},
+		{"Inf", 0, false},
+		{"99999999TiB", 0, false},
+		{"5 GiB/s", 0, false},
+	} {
+		got, err := ParseBytes(tc.in)
+		if tc.ok && (err != nil || got != tc.want) {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+		if !tc.ok && err == nil {
+			t.Errorf("ParseBytes(%q) = %d, want an error", tc.in, got)
+		}
+	}
+}
+
+func TestByteRate(t *testing.T) {
+	for in, want := range map[string]int64{"1048576": 1 << 20, "64MiB/s": 64 << 20, "64MiB": 64 << 20, "10MB/s": 10_000_000} {
+		var r ByteRate
+		if err := r.Set(in); err != nil || int64(r) != want {
+			t.Errorf("Set(%q): %d, %v; want %d", in, r, err, want)
+		}
+	}
+	var r ByteRate
+	if err := r.Set("fast"); err == nil {
+		t.Error("Set(fast): no error")
+	}
+}
