@@ -1,0 +1,359 @@
+// Command containerbench measures replicad's container replication with
+// real processes — two `replicad serve` nodes on loopback addresses, the
+// `replicad container` commands between them — against baselines measured
+// side by side in the same run, and prints a table of the results with the
+// ratios and targets of the project's container issue:
+//
+//	go run ./bench/cmd/containerbench [-quick] [flags]
+//
+// Workloads:
+//
+//   - push: `replicad container replicate` of a container of incompressible
+//     files from node A to a fresh node B, against `tar c | tar x` of the
+//     same files through a loopback TCP connection (target ≥ 0.8×) and
+//     against a local `rsync -a` (report only). Every side ends with a
+//     syncfs of its destination, as Import does.
+//   - compression: the same replication of a container of JSON lines with
+//     A's bandwidth limit on (--replication-bandwidth), per compression,
+//     against --compression none.
+//   - RSS: the peak resident set of the source and the target serve
+//     processes while a large container is pushed (target ≤ 100 MiB each).
+//
+// Caches are dropped before every timed run (root), the runs of a row and
+// of its baselines are interleaved, and the table shows medians. It needs
+// tar, and rsync for its row. It builds replicad (./cmd/replicad) into
+// .bench/ unless --replicad names a binary. Progress goes to stderr, the
+// machine description and the tables (aligned text, then markdown) to
+// stdout.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cmfs-project/cmfs/bench"
+)
+
+// config sizes the workloads.
+type config struct {
+	pushSize     int64    // push: bytes of the container's data
+	pushFiles    int      // push: files they are put as
+	compSize     int64    // compression: bytes of JSON lines
+	compFiles    int      // compression: files they are put as
+	bandwidth    int64    // compression: the source's limit, bytes/s
+	compressions []string // compression: the ones compared with none
+	rssSize      int64    // RSS: bytes of the container pushed
+	rssFiles     int      // RSS: files they are put as
+	rssLimit     int64    // RSS: the target, bytes
+	reps         int      // timed runs of each workload and baseline
+	cold         bool     // sync and drop_caches before every run
+	only         map[string]bool
+}
+
+func defaultConfig() config {
+	return config{
+		pushSize: 1 << 30, pushFiles: 64,
+		compSize: 256 << 20, compFiles: 16, bandwidth: 64 << 20,
+		compressions: []string{"gzip", "snappy", "lz4", "zstd"},
+		rssSize:      4 << 30, rssFiles: 64, rssLimit: 100 << 20,
+		reps: 3, cold: true,
+	}
+}
+
+func quickConfig() config {
+	c := defaultConfig()
+	c.pushSize, c.pushFiles = 64<<20, 8
+	c.compSize, c.compFiles = 32<<20, 4
+	c.rssSize, c.rssFiles = 256<<20, 8
+	c.reps = 1
+	return c
+}
+
+var phases = []string{"push", "compression", "rss"}
+
+type options struct {
+	cfg      config
+	dir      string
+	replicad string
+	keep     bool
+}
+
+func main() {
+	opts, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "containerbench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	if err := run(ctx, os.Stdout, os.Stderr, opts); err != nil {
+		fmt.Fprintln(os.Stderr, "containerbench:", err)
+		os.Exit(1)
+	}
+}
+
+// sizeFlag is a byte count written as 1073741824, 1GiB, 256MiB or 64KiB.
+type sizeFlag struct{ n *int64 }
+
+func (s sizeFlag) String() string {
+	if s.n == nil {
+		return ""
+	}
+	return strings.ReplaceAll(bench.Size(*s.n), " ", "")
+}
+
+func (s sizeFlag) Set(v string) error {
+	n, err := parseSize(v)
+	if err != nil {
+		return err
+	}
+	*s.n = n
+	return nil
+}
+
+func parseSize(v string) (int64, error) {
+	mult := int64(1)
+	num := v
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(v, u.suffix) {
+			num, mult = strings.TrimSuffix(v, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("size %q: want a positive count of bytes, KiB, MiB or GiB", v)
+	}
+	return n * mult, nil
+}
+
+func parseFlags(args []string) (options, error) {
+	fl := flag.NewFlagSet("containerbench", flag.ContinueOnError)
+	def := defaultConfig()
+	cfg := def
+	quick := fl.Bool("quick", false, "smoke run: 64 MiB push, 32 MiB compression, 256 MiB RSS push, 1 run each (explicit flags still apply)")
+	fl.Var(sizeFlag{&cfg.pushSize}, "push-size", "data of the pushed container (1GiB)")
+	fl.IntVar(&cfg.pushFiles, "push-files", def.pushFiles, "files the pushed container's data is put as")
+	fl.Var(sizeFlag{&cfg.compSize}, "compression-size", "JSON lines of the compression workload (256MiB)")
+	fl.IntVar(&cfg.compFiles, "compression-files", def.compFiles, "files the JSON lines are put as")
+	fl.Var(sizeFlag{&cfg.bandwidth}, "bandwidth", "the source's --replication-bandwidth in the compression workload, per second (64MiB)")
+	comps := fl.String("compressions", strings.Join(def.compressions, ","), "compressions compared with none")
+	fl.Var(sizeFlag{&cfg.rssSize}, "rss-size", "data of the container pushed while RSS is watched (4GiB)")
+	fl.IntVar(&cfg.rssFiles, "rss-files", def.rssFiles, "files that container's data is put as")
+	fl.Var(sizeFlag{&cfg.rssLimit}, "rss-limit", "the peak RSS target per process (100MiB)")
+	fl.IntVar(&cfg.reps, "reps", def.reps, "timed runs of each workload and baseline (the table shows the median)")
+	noCold := fl.Bool("no-drop-caches", false, "do not sync and drop caches before runs")
+	only := fl.String("only", strings.Join(phases, ","), "workloads to run: "+strings.Join(phases, ", "))
+	dir := fl.String("dir", "", "work directory (default .bench/container at the module root)")
+	replicad := fl.String("replicad", "", "replicad binary (default: build ./cmd/replicad into .bench/)")
+	keep := fl.Bool("keep", false, "keep the work directory")
+	if err := fl.Parse(args); err != nil {
+		return options{}, err
+	}
+	if fl.NArg() > 0 {
+		return options{}, fmt.Errorf("unexpected argument %q", fl.Arg(0))
+	}
+	if *quick {
+		// Quick sizes, except where a flag was given.
+		set := map[string]bool{}
+		fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		q := quickConfig()
+		keepSet := func(name string, dst *int64, v int64) {
+			if !set[name] {
+				*dst = v
+			}
+		}
+		keepSet("push-size", &cfg.pushSize, q.pushSize)
+		keepSet("compression-size", &cfg.compSize, q.compSize)
+		keepSet("rss-size", &cfg.rssSize, q.rssSize)
+		for name, p := range map[string][2]*int{
+			"push-files": {&cfg.pushFiles, &q.pushFiles}, "compression-files": {&cfg.compFiles, &q.compFiles},
+			"rss-files": {&cfg.rssFiles, &q.rssFiles}, "reps": {&cfg.reps, &q.reps},
+		} {
+			if !set[name] {
+				*p[0] = *p[1]
+			}
+		}
+	}
+	cfg.cold = !*noCold
+	cfg.compressions = nil
+	for _, c := range strings.Split(*comps, ",") {
+		if c = strings.TrimSpace(c); c != "" && c != "none" {
+			cfg.compressions = append(cfg.compressions, c)
+		}
+	}
+	cfg.only = map[string]bool{}
+	for _, p := range strings.Split(*only, ",") {
+		p = strings.TrimSpace(p)
+		if !contains(phases, p) {
+			return options{}, fmt.Errorf("--only %q: want some of %s", p, strings.Join(phases, ", "))
+		}
+		cfg.only[p] = true
+	}
+	if cfg.pushFiles < 1 || cfg.compFiles < 1 || cfg.rssFiles < 1 || cfg.reps < 1 {
+		return options{}, errors.New("file counts and --reps must be positive")
+	}
+	for _, s := range []struct {
+		name        string
+		size, files int64
+	}{{"push", cfg.pushSize, int64(cfg.pushFiles)}, {"compression", cfg.compSize, int64(cfg.compFiles)}, {"rss", cfg.rssSize, int64(cfg.rssFiles)}} {
+		if s.size%s.files != 0 || s.size/s.files < 1024 {
+			return options{}, fmt.Errorf("--%s-size must split evenly into --%s-files files of at least 1 KiB", s.name, s.name)
+		}
+	}
+	return options{cfg: cfg, dir: *dir, replicad: *replicad, keep: *keep}, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// runner holds what a run started, so that it can all be stopped.
+type runner struct {
+	cfg      config
+	dir      string
+	replicad string
+	logf     func(string, ...any)
+	notes    []string
+
+	mu    sync.Mutex
+	procs []*proc
+}
+
+func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error) {
+	root, err := bench.ModuleRoot()
+	if err != nil {
+		return err
+	}
+	work := filepath.Join(root, ".bench")
+	dir := opts.dir
+	if dir == "" {
+		dir = filepath.Join(work, "container")
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// Nothing is deleted before the end of the run (but the RSS targets,
+	// after their run): the backing filesystem may be mounted with online
+	// discard, which slows the I/O that follows a large deletion.
+	r := &runner{cfg: opts.cfg, dir: dir, logf: func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }}
+	defer func() {
+		r.stopAll()
+		if !opts.keep {
+			if rerr := os.RemoveAll(dir); rerr != nil {
+				r.logf("remove %s: %v", dir, rerr)
+			}
+		}
+	}()
+
+	if r.cfg.cold {
+		if err := bench.DropCaches(); err != nil {
+			r.cfg.cold = false
+			r.notes = append(r.notes, fmt.Sprintf("caches not dropped (%v): reads may be served from the page cache", err))
+		}
+	}
+	if r.replicad = opts.replicad; r.replicad == "" {
+		r.logf("building replicad...")
+		r.replicad = filepath.Join(work, "replicad")
+		if err := bench.GoBuild(ctx, root, r.replicad, "./cmd/replicad"); err != nil {
+			return err
+		}
+	} else if r.replicad, err = filepath.Abs(r.replicad); err != nil {
+		return err
+	}
+	if err := r.checkCLI(ctx); err != nil {
+		return err
+	}
+
+	machine := bench.Describe(dir)
+	machine.GoFuse = bench.RequiredVersion(filepath.Join(root, "go.mod"), "github.com/hanwen/go-fuse/v2")
+	fmt.Fprintf(stdout, "container benchmark, %s\n\n", time.Now().Format(time.RFC3339))
+	for _, l := range machine.Lines() {
+		fmt.Fprintln(stdout, "  "+l)
+	}
+	fmt.Fprintf(stdout, "  work directory: %s\n", dir)
+	fmt.Fprintf(stdout, "  replicad: %s (serve on 127.0.0.1, one process per node)\n", r.replicad)
+	fmt.Fprintf(stdout, "  median of %d run(s) per workload and baseline, runs interleaved", r.cfg.reps)
+	if r.cfg.cold {
+		fmt.Fprint(stdout, "; sync + drop_caches before every timed run, baselines alike")
+	}
+	fmt.Fprint(stdout, "\n\n")
+
+	start := time.Now()
+	var rows []*bench.ReplRow
+	for _, phase := range []struct {
+		name string
+		run  func(context.Context) []*bench.ReplRow
+	}{{"push", r.pushRows}, {"compression", r.compressionRows}, {"rss", r.rssRows}} {
+		if ctx.Err() != nil {
+			break
+		}
+		if r.cfg.only[phase.name] {
+			rows = append(rows, phase.run(ctx)...)
+		}
+	}
+	r.logf("ran for %v", time.Since(start).Round(time.Second))
+
+	table := &bench.ReplTable{Subject: "replicad", Rows: rows}
+	if err := table.WriteText(stdout); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	fmt.Fprintln(stdout, legend)
+	notes := append(r.notes, table.Notes(1.5)...)
+	if len(notes) > 0 {
+		fmt.Fprintln(stdout, "\nnotes:")
+		for _, n := range notes {
+			fmt.Fprintln(stdout, "  - "+n)
+		}
+	}
+	fmt.Fprintf(stdout, "\nmarkdown:\n\n")
+	fmt.Fprintf(stdout, "Machine: %s.\n\n", strings.Join(machine.Lines(), "; "))
+	table.WriteMarkdown(stdout)
+	fmt.Fprintf(stdout, "\n%s\n", legend)
+	return ctx.Err()
+}
+
+const legend = "Values are medians of the runs. MB/s is 10^6 bytes of container data (the files put) per second, " +
+	"from the start of `replicad container replicate` (or of the baseline's command) until it returns with the " +
+	"data durable at the target. Ratios are replicad÷baseline, so ≥ 1 means replicad is at least as fast. " +
+	"RSS rows: the highest of VmHWM (reset before the push) and VmRSS sampled every 50 ms, in MiB, lower is better."
+
+// cold makes the next run start with cold caches, if asked to.
+func (r *runner) cold() {
+	if r.cfg.cold {
+		if err := bench.DropCaches(); err != nil {
+			r.logf("drop caches: %v", err)
+		}
+	} else {
+		syscall.Sync()
+	}
+}
+
+// mbps is the row value of size bytes moved in d.
+func mbps(size int64, d time.Duration) float64 { return float64(size) / 1e6 / d.Seconds() }

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cmfs-project/cmfs/bench"
+	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/peer"
+)
+
+// node is one `replicad serve` process with its volume.
+type node struct {
+	name   string
+	addr   string
+	volume string
+	p      *proc
+	client *peer.Client // for polling; the measured work goes through the CLI
+}
+
+// checkCLI makes sure the binary has the container commands.
+func (r *runner) checkCLI(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, r.replicad, "container", "replicate", "--help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--to") {
+		return fmt.Errorf("%s has no `container replicate --to` (%v: %s)", r.replicad, err, bench.FirstLines(string(out), 2))
+	}
+	return nil
+}
+
+// serve starts `replicad serve` for node name on a free loopback port with
+// one volume and waits until it answers.
+func (r *runner) serve(ctx context.Context, name, volume string, extra ...string) (*node, error) {
+	if err := os.MkdirAll(volume, 0o755); err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	argv := append([]string{r.replicad, "serve", "--listen", addr, "--node-id", name, "--volume", volume}, extra...)
+	p, err := r.start("serve-"+name, argv...)
+	if err != nil {
+		return nil, err
+	}
+	client, err := peer.Dial(ctx, addr)
+	if err != nil {
+		p.stop()
+		return nil, err
+	}
+	n := &node{name: name, addr: addr, volume: volume, p: p, client: client}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := client.List(ctx)
+		if err == nil {
+			return n, nil
+		}
+		select {
+		case <-p.done:
+			client.Close()
+			return nil, fmt.Errorf("replicad serve %s exited: %v%s", name, p.err, tail(p.log))
+		default:
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			n.stop()
+			return nil, fmt.Errorf("replicad serve %s on %s not answering after 30s: %w", name, addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (n *node) pid() int { return n.p.cmd.Process.Pid }
+
+func (n *node) stop() {
+	n.client.Close()
+	n.p.stop()
+}
+
+// fill puts files into n's open container with `replicad container put`
+// and closes it with `replicad container close`, and returns it.
+func (r *runner) fill(ctx context.Context, n *node, files []string, size int64) (container.Descriptor, error) {
+	before, err := n.client.List(ctx)
+	if err != nil {
+		return container.Descriptor{}, err
+	}
+	if _, err := r.cli(ctx, append([]string{"container", "put", "--server", n.addr}, files...)...); err != nil {
+		return container.Descriptor{}, err
+	}
+	after, err := n.client.List(ctx)
+	if err != nil {
+		return container.Descriptor{}, err
+	}
+	var open []container.Descriptor
+	for _, d := range after {
+		if d.State == container.Open && !has(before, d.ID) {
+			open = append(open, d)
+		}
+	}
+	if len(open) != 1 {
+		return container.Descriptor{}, fmt.Errorf("after put: %d new open containers on %s, want 1 (the put must fit one container)", len(open), n.name)
+	}
+	id := strconv.FormatUint(open[0].ID, 10)
+	if _, err := r.cli(ctx, "container", "close", "--server", n.addr, id); err != nil {
+		return container.Descriptor{}, err
+	}
+	d, err := describe(ctx, n, open[0].ID)
+	if err == nil && (d.State != container.Closed || d.Bytes != size || d.Blocks != int64(len(files))) {
+		err = fmt.Errorf("container %s on %s: %s, %d bytes, %d blocks; want CLOSED, %d bytes, %d blocks", id, n.name, d.State, d.Bytes, d.Blocks, size, len(files))
+	}
+	return d, err
+}
+
+func has(ds []container.Descriptor, id uint64) bool {
+	for _, d := range ds {
+		if d.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// describe returns container id's descriptor on n.
+func describe(ctx context.Context, n *node, id uint64) (container.Descriptor, error) {
+	ds, err := n.client.List(ctx)
+	if err != nil {
+		return container.Descriptor{}, err
+	}
+	for _, d := range ds {
+		if d.ID == id {
+			return d, nil
+		}
+	}
+	return container.Descriptor{}, fmt.Errorf("container %d not on %s", id, n.name)
+}
+
+// replicate runs `replicad container replicate` of id from src to dst and
+// returns how long it took, and what it printed.
+func (r *runner) replicate(ctx context.Context, src, dst *node, id uint64, comp string) (time.Duration, string, error) {
+	args := []string{"container", "replicate", "--server", src.addr, strconv.FormatUint(id, 10), "--to", dst.addr}
+	if comp != "" {
+		args = append(args, "--compression", comp)
+	}
+	start := time.Now()
+	out, err := r.cli(ctx, args...)
+	return time.Since(start), out, err
+}
+
+// waitScanned polls dst until container id is CLOSED (its scan passed)
+// and checks it holds size bytes.
+func waitScanned(ctx context.Context, dst *node, id uint64, size int64) error {
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		d, err := describe(ctx, dst, id)
+		switch {
+		case err != nil:
+			return err
+		case d.State == container.Closed && d.Bytes != size:
+			return fmt.Errorf("container %d on %s: %d bytes, want %d", id, dst.name, d.Bytes, size)
+		case d.State == container.Closed:
+			return nil
+		case d.State != container.Recovering:
+			return fmt.Errorf("container %d on %s: %s (%s)", id, dst.name, d.State, d.Reason)
+		case time.Now().After(deadline):
+			return fmt.Errorf("container %d on %s: still %s after 10 minutes", id, dst.name, d.State)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cli runs a replicad command and returns its standard output.
+func (r *runner) cli(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, r.replicad, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("replicad %s: %w: %s", strings.Join(args[:2], " "), err, bench.FirstLines(stderr.String(), 3))
+	}
+	return string(out), nil
+}
+
+// proc is a process the run started; stop ends it.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+	log  string
+}
+
+func (r *runner) start(name string, argv ...string) (*proc, error) {
+	logPath := filepath.Join(r.dir, name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group: a ^C reaches the harness, which stops it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{}), log: logPath}
+	go func() {
+		p.err = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	r.mu.Lock()
+	r.procs = append(r.procs, p)
+	r.mu.Unlock()
+	return p, nil
+}
+
+func (p *proc) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// stopAll stops every process the run started.
+func (r *runner) stopAll() {
+	r.mu.Lock()
+	procs := r.procs
+	r.procs = nil
+	r.mu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].stop()
+	}
+}
+
+func tail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return " (" + filepath.Base(path) + ": " + strings.Join(lines, " | ") + ")"
+}
+
+var errNoRsync = errors.New("rsync is not installed (make bench-deps installs it)")

@@ -1,0 +1,337 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cmfs-project/cmfs/bench"
+	"github.com/cmfs-project/cmfs/internal/durable"
+)
+
+// --- push against tar and rsync ---
+
+func (r *runner) pushRows(ctx context.Context) []*bench.ReplRow {
+	c := r.cfg
+	what := fmt.Sprintf("%s container (%d files, incompressible, cold)", bench.Size(c.pushSize), c.pushFiles)
+	tarBase := "tar c | loopback TCP | tar x, + syncfs"
+	vsTar := &bench.ReplRow{
+		Name: "push " + what + ": container replicate A→B (export, gRPC push, import, syncfs)", Unit: "MB/s", Higher: true,
+		Baseline: tarBase, Target: bench.ReplTarget{MinRatio: 0.8, Text: "≥ 0.8× tar"},
+	}
+	vsRsync := &bench.ReplRow{Name: "push " + what + ": the same runs", Unit: "MB/s", Higher: true, Baseline: "rsync -a (local), + syncfs"}
+	scanned := &bench.ReplRow{Name: "push " + what + ": until CLOSED at B (+ the scan of every block)", Unit: "MB/s", Higher: true, Baseline: tarBase}
+	rows := []*bench.ReplRow{vsTar, vsRsync, scanned}
+	fail := func(err error) []*bench.ReplRow {
+		for _, row := range rows {
+			row.Fail(err)
+		}
+		return rows
+	}
+	dir := filepath.Join(r.dir, "push")
+	src := filepath.Join(dir, "src")
+	r.logf("[push] writing %s in %d files...", bench.Size(c.pushSize), c.pushFiles)
+	files, err := bench.WriteRandomFiles(src, c.pushFiles, int(c.pushSize/int64(c.pushFiles)))
+	if err != nil {
+		return fail(err)
+	}
+	a, err := r.serve(ctx, "A", filepath.Join(dir, "a"))
+	if err != nil {
+		return fail(err)
+	}
+	defer a.stop()
+	r.logf("[push] container put + close on A...")
+	d, err := r.fill(ctx, a, files, c.pushSize)
+	if err != nil {
+		return fail(err)
+	}
+	rsync, rsyncErr := exec.LookPath("rsync")
+	if rsyncErr != nil {
+		vsRsync.FailBase(errNoRsync)
+	}
+
+	for rep := range c.reps {
+		for k := range 3 {
+			if ctx.Err() != nil {
+				return rows
+			}
+			switch (k + rep) % 3 {
+			case 0:
+				b, err := r.serve(ctx, fmt.Sprintf("B%d", rep), filepath.Join(dir, fmt.Sprintf("b-%d", rep)))
+				if err != nil {
+					return fail(err)
+				}
+				r.cold()
+				start := time.Now()
+				took, _, err := r.replicate(ctx, a, b, d.ID, "")
+				if err == nil {
+					err = waitScanned(ctx, b, d.ID, c.pushSize)
+				}
+				all := time.Since(start)
+				b.stop()
+				if err != nil {
+					return fail(err)
+				}
+				vsTar.Add(mbps(c.pushSize, took))
+				vsRsync.Add(mbps(c.pushSize, took))
+				scanned.Add(mbps(c.pushSize, all))
+				r.logf("[push] replicate run %d: %v (%.0f MB/s), CLOSED after %v", rep+1, took.Round(time.Millisecond), mbps(c.pushSize, took), all.Round(time.Millisecond))
+			case 1:
+				dst := filepath.Join(dir, fmt.Sprintf("tar-%d", rep))
+				if err := os.Mkdir(dst, 0o755); err != nil {
+					return fail(err)
+				}
+				r.cold()
+				start := time.Now()
+				n, err := tarPipe(ctx, src, dst)
+				if err == nil {
+					err = durable.SyncFS(dst)
+				}
+				took := time.Since(start)
+				if err == nil && n < c.pushSize {
+					err = fmt.Errorf("tar moved %d bytes for %d of data", n, c.pushSize)
+				}
+				if err != nil {
+					vsTar.FailBase(err)
+					scanned.FailBase(err)
+					break
+				}
+				vsTar.AddBase(mbps(c.pushSize, took))
+				scanned.AddBase(mbps(c.pushSize, took))
+				r.logf("[push] tar | TCP | tar run %d: %v (%.0f MB/s)", rep+1, took.Round(time.Millisecond), mbps(c.pushSize, took))
+			case 2:
+				if rsyncErr != nil {
+					break
+				}
+				dst := filepath.Join(dir, fmt.Sprintf("rsync-%d", rep))
+				r.cold()
+				start := time.Now()
+				out, err := exec.CommandContext(ctx, rsync, "-a", src+"/", dst+"/").CombinedOutput()
+				if err == nil {
+					err = durable.SyncFS(dst)
+				} else {
+					err = fmt.Errorf("rsync -a: %w: %s", err, bench.FirstLines(string(out), 3))
+				}
+				took := time.Since(start)
+				if err != nil {
+					vsRsync.FailBase(err)
+					break
+				}
+				vsRsync.AddBase(mbps(c.pushSize, took))
+				r.logf("[push] rsync -a run %d: %v (%.0f MB/s)", rep+1, took.Round(time.Millisecond), mbps(c.pushSize, took))
+			}
+		}
+	}
+	return rows
+}
+
+// tarPipe runs `tar -C src -cf - .` into `tar -C dst -xf -` through a
+// loopback TCP connection and returns the bytes of the tar stream.
+func tarPipe(ctx context.Context, src, dst string) (int64, error) {
+	create := exec.CommandContext(ctx, "tar", "-C", src, "-cf", "-", ".")
+	extract := exec.CommandContext(ctx, "tar", "-C", dst, "-xf", "-")
+	var createErr, extractErr strings.Builder
+	create.Stderr, extract.Stderr = &createErr, &extractErr
+	out, err := create.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	in, err := extract.StdinPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := extract.Start(); err != nil {
+		return 0, err
+	}
+	if err := create.Start(); err != nil {
+		in.Close()
+		extract.Wait()
+		return 0, err
+	}
+	n, pipeErr := bench.LoopbackPipe(ctx, in, out)
+	in.Close()
+	if pipeErr != nil {
+		create.Process.Kill()
+		extract.Process.Kill()
+	}
+	cerr, xerr := create.Wait(), extract.Wait()
+	switch {
+	case cerr != nil:
+		return n, fmt.Errorf("tar c: %w: %s", cerr, bench.FirstLines(createErr.String(), 3))
+	case xerr != nil:
+		return n, fmt.Errorf("tar x: %w: %s", xerr, bench.FirstLines(extractErr.String(), 3))
+	case pipeErr != nil:
+		return n, fmt.Errorf("loopback pipe: %w", pipeErr)
+	}
+	return n, nil
+}
+
+// --- compression with the bandwidth limit on ---
+
+func (r *runner) compressionRows(ctx context.Context) []*bench.ReplRow {
+	c := r.cfg
+	limit := bench.Size(c.bandwidth) + "/s"
+	what := fmt.Sprintf("push %s of JSON lines (%d files, cold), source limited to %s", bench.Size(c.compSize), c.compFiles, limit)
+	byComp := map[string]*bench.ReplRow{}
+	var rows []*bench.ReplRow
+	for _, comp := range c.compressions {
+		row := &bench.ReplRow{Name: what + ": --compression " + comp, Unit: "MB/s", Higher: true, Baseline: "--compression none"}
+		byComp[comp] = row
+		rows = append(rows, row)
+	}
+	fail := func(err error) []*bench.ReplRow {
+		for _, row := range rows {
+			row.Fail(err)
+		}
+		return rows
+	}
+	dir := filepath.Join(r.dir, "compression")
+	r.logf("[compression] writing %s of JSON lines in %d files...", bench.Size(c.compSize), c.compFiles)
+	files, err := bench.WriteJSONFiles(filepath.Join(dir, "src"), c.compFiles, int(c.compSize/int64(c.compFiles)))
+	if err != nil {
+		return fail(err)
+	}
+	a, err := r.serve(ctx, "A", filepath.Join(dir, "a"), "--replication-bandwidth", bandwidthArg(c.bandwidth))
+	if err != nil {
+		return fail(err)
+	}
+	defer a.stop()
+	r.logf("[compression] container put + close on A...")
+	d, err := r.fill(ctx, a, files, c.compSize)
+	if err != nil {
+		return fail(err)
+	}
+	all := append([]string{"none"}, c.compressions...)
+	for rep := range c.reps {
+		for k := range all {
+			if ctx.Err() != nil {
+				return rows
+			}
+			comp := all[(k+rep)%len(all)]
+			b, err := r.serve(ctx, fmt.Sprintf("B%d-%s", rep, comp), filepath.Join(dir, fmt.Sprintf("b-%d-%s", rep, comp)))
+			if err != nil {
+				return fail(err)
+			}
+			r.cold()
+			took, out, err := r.replicate(ctx, a, b, d.ID, comp)
+			if err == nil {
+				err = waitScanned(ctx, b, d.ID, c.compSize)
+			}
+			b.stop()
+			v := mbps(c.compSize, took)
+			switch {
+			case err != nil && comp == "none":
+				for _, row := range rows {
+					row.FailBase(err)
+				}
+			case err != nil:
+				byComp[comp].Fail(err)
+			case comp == "none":
+				for _, row := range rows {
+					row.AddBase(v)
+				}
+			default:
+				byComp[comp].Add(v)
+			}
+			if err == nil {
+				r.logf("[compression] %s run %d: %v (%.0f MB/s of data)%s", comp, rep+1, took.Round(time.Millisecond), v, wireNote(out, c.compSize))
+			}
+		}
+	}
+	return rows
+}
+
+// bandwidthArg writes a limit as serve's --replication-bandwidth takes it.
+func bandwidthArg(n int64) string { return fmt.Sprint(n) }
+
+// wireNote says how many bytes went over the wire, if replicate said.
+func wireNote(out string, size int64) string {
+	return ""
+}
+
+// --- peak RSS while pushing a large container ---
+
+func (r *runner) rssRows(ctx context.Context) []*bench.ReplRow {
+	c := r.cfg
+	const mib = 1 << 20
+	what := fmt.Sprintf("while pushing a %s container, until CLOSED at the target", bench.Size(c.rssSize))
+	target := bench.ReplTarget{MaxValue: float64(c.rssLimit) / mib, Text: fmt.Sprintf("≤ %s", bench.Size(c.rssLimit))}
+	srcRow := &bench.ReplRow{Name: "peak RSS of the source's replicad serve " + what, Unit: "MiB", Target: target}
+	dstRow := &bench.ReplRow{Name: "peak RSS of the target's replicad serve " + what, Unit: "MiB", Target: target}
+	speed := &bench.ReplRow{Name: fmt.Sprintf("push %s container (%d files, incompressible, cold), as watched", bench.Size(c.rssSize), c.rssFiles), Unit: "MB/s", Higher: true}
+	rows := []*bench.ReplRow{srcRow, dstRow, speed}
+	fail := func(err error) []*bench.ReplRow {
+		for _, row := range rows {
+			row.Fail(err)
+		}
+		return rows
+	}
+	dir := filepath.Join(r.dir, "rss")
+	r.logf("[rss] writing %s in %d files...", bench.Size(c.rssSize), c.rssFiles)
+	files, err := bench.WriteRandomFiles(filepath.Join(dir, "src"), c.rssFiles, int(c.rssSize/int64(c.rssFiles)))
+	if err != nil {
+		return fail(err)
+	}
+	a, err := r.serve(ctx, "A", filepath.Join(dir, "a"))
+	if err != nil {
+		return fail(err)
+	}
+	defer a.stop()
+	r.logf("[rss] container put + close on A...")
+	d, err := r.fill(ctx, a, files, c.rssSize)
+	if err != nil {
+		return fail(err)
+	}
+	for rep := range c.reps {
+		if ctx.Err() != nil {
+			return rows
+		}
+		b, err := r.serve(ctx, fmt.Sprintf("B%d", rep), filepath.Join(dir, fmt.Sprintf("b-%d", rep)))
+		if err != nil {
+			return fail(err)
+		}
+		r.cold()
+		idleA, _ := bench.ProcStatus(a.pid(), "VmRSS")
+		idleB, _ := bench.ProcStatus(b.pid(), "VmRSS")
+		// The source's peak so far is the put's: start afresh.
+		hwmOK := bench.ResetPeakRSS(a.pid()) == nil && bench.ResetPeakRSS(b.pid()) == nil
+		sampler := bench.SampleRSS([]int{a.pid(), b.pid()}, 50*time.Millisecond)
+		took, _, err := r.replicate(ctx, a, b, d.ID, "")
+		if err == nil {
+			err = waitScanned(ctx, b, d.ID, c.rssSize)
+		}
+		peaks, serr := sampler.Stop()
+		peakA, peakB := peaks[a.pid()], peaks[b.pid()]
+		if err == nil && serr != nil {
+			err = fmt.Errorf("sampling RSS: %w", serr)
+		}
+		if err == nil && hwmOK {
+			hwmA, errA := bench.ProcStatus(a.pid(), "VmHWM")
+			hwmB, errB := bench.ProcStatus(b.pid(), "VmHWM")
+			if errA == nil && errB == nil {
+				peakA, peakB = max(peakA, hwmA), max(peakB, hwmB)
+			}
+		}
+		b.stop()
+		os.RemoveAll(b.volume) // 4 GiB a run; RSS does not mind the discard
+		if err != nil {
+			return fail(err)
+		}
+		srcRow.Add(float64(peakA) / mib)
+		dstRow.Add(float64(peakB) / mib)
+		speed.Add(mbps(c.rssSize, took))
+		if rep == 0 {
+			how := "VmHWM reset through clear_refs, and VmRSS every 50 ms"
+			if !hwmOK {
+				how = "VmRSS every 50 ms (VmHWM could not be reset)"
+			}
+			r.notes = append(r.notes, fmt.Sprintf("peak RSS: %s; idle before the push: source %.0f MiB, target %.0f MiB", how, float64(idleA)/mib, float64(idleB)/mib))
+		}
+		r.logf("[rss] run %d: %v (%.0f MB/s); peak RSS source %.0f MiB, target %.0f MiB", rep+1, took.Round(time.Millisecond), mbps(c.rssSize, took), float64(peakA)/mib, float64(peakB)/mib)
+	}
+	return rows
+}
