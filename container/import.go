@@ -38,7 +38,9 @@ const maxChecksumFile = 64
 //     none can: ErrNoSpace, before anything is written. size is the
 //     container's data size (Descriptor.Bytes, or Descriptor.Size());
 //  3. copy r into <volume>/tmp/container-copy/<id>.tar[.gz|.sz|.lz4|.zst],
-//     at most the reservation (ErrHostile beyond);
+//     growing the reservation if the tarball outgrows it (ErrNoSpace if
+//     the volume has no more room; ErrHostile beyond twice the first
+//     reservation);
 //  4. check the first entry is container.yaml with a valid checksum
 //     (ErrCorrupt), for container id, CLOSED or UNHEALTHY, and at most
 //     size bytes of data (ErrHostile); grow the reservation if its
@@ -76,7 +78,7 @@ func (s *Store) importTar(ctx context.Context, id uint64, size int64, comp Compr
 		return Descriptor{}, fmt.Errorf("bad id %d or size %d", id, size)
 	}
 	need := size + importSlack(size)
-	im := &importer{s: s, id: id, size: size, comp: comp, res: 2 * need, buf: make([]byte, copyBufSize)}
+	im := &importer{s: s, id: id, size: size, comp: comp, res: 2 * need, maxTar: 4 * need, buf: make([]byte, copyBufSize)}
 
 	s.mu.Lock()
 	switch {
@@ -124,7 +126,11 @@ type importer struct {
 	comp Compression
 	v    *volume
 	res  int64 // bytes reserved on v (Store.mu)
-	buf  []byte
+	// maxTar bounds the tarball: twice the first reservation, which an
+	// honest one only nears when its index outweighs its data (blocks of
+	// a few bytes each) and the caller gave Bytes as the size.
+	maxTar int64
+	buf    []byte
 
 	tarPath string
 	tarFile *os.File
@@ -272,8 +278,13 @@ func (im *importer) receive(ctx context.Context, r io.Reader) (int64, error) {
 		}
 		m, err := io.ReadFull(r, im.buf)
 		if m > 0 {
-			if n+int64(m) > im.res {
-				return n, fmt.Errorf("tarball beyond the %d bytes reserved for a container of %d: %w", im.res, im.size, ErrHostile)
+			if end := n + int64(m); end > im.res {
+				if end > im.maxTar {
+					return n, fmt.Errorf("tarball beyond %d bytes for a container of %d: %w", im.maxTar, im.size, ErrHostile)
+				}
+				if err := im.grow(min(max(end, im.res+im.res/2), im.maxTar)); err != nil {
+					return n, fmt.Errorf("tarball beyond the %d bytes reserved: %w", im.res, err)
+				}
 			}
 			if _, werr := im.tarFile.Write(im.buf[:m]); werr != nil {
 				return n, werr
@@ -289,7 +300,9 @@ func (im *importer) receive(ctx context.Context, r io.Reader) (int64, error) {
 	}
 }
 
-// grow makes the reservation at least total bytes, if the volume has room.
+// grow makes the reservation total bytes, if the volume has room. The
+// tarball already written counts twice meanwhile (in statfs and in the
+// reservation): safe side.
 func (im *importer) grow(total int64) error {
 	s := im.s
 	s.mu.Lock()
@@ -302,7 +315,7 @@ func (im *importer) grow(total int64) error {
 		return err
 	}
 	if more := total - im.res; free-im.v.reserved < more {
-		return fmt.Errorf("metadata needs %d more bytes, volume %s has %d: %w", more, im.v.dir, free-im.v.reserved, ErrNoSpace)
+		return fmt.Errorf("%d more bytes needed, volume %s has %d: %w", more, im.v.dir, free-im.v.reserved, ErrNoSpace)
 	}
 	im.v.reserved += total - im.res
 	im.res = total
