@@ -243,18 +243,19 @@ func (im *importer) run(ctx context.Context, r io.Reader) (Descriptor, error) {
 		return Descriptor{}, err
 	}
 	im.placed = true
+	var syncErr error
+	if s.sync {
+		syncErr = durable.SyncDir(v.dir)
+	}
+	// In place even if that fsync failed: registered and scanned either
+	// way, since it is there.
 	c := &container{id: im.id, vol: v, dir: dst}
 	c.setDesc(d)
-	if s.sync {
-		if err := durable.SyncDir(v.dir); err != nil {
-			// In place but perhaps not durably: register it anyway (it is
-			// there), and let the caller retry or not.
-			s.register(c, im.written)
-			return Descriptor{}, err
-		}
-	}
 	s.register(c, im.written)
 	s.startScan(c)
+	if syncErr != nil {
+		return Descriptor{}, syncErr
+	}
 	return d, nil
 }
 
@@ -415,6 +416,13 @@ func (im *importer) entry(ctx context.Context, hdr *tar.Header, r io.Reader, roo
 	}
 	if hdr.Linkname != "" {
 		return hostile("regular file with a link name")
+	}
+	for k := range hdr.PAXRecords {
+		// A sparse file's data in the tarball is not its content; the
+		// format has none.
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return hostile("sparse file")
+		}
 	}
 	// The most each file may hold, by the descriptor.
 	var limit int64

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -272,6 +273,63 @@ func TestImportHostile(t *testing.T) {
 	if _, err := os.Lstat("/etc/x"); err == nil && !etcXBefore {
 		t.Fatal("/etc/x written")
 	}
+}
+
+// TestImportSparse refuses a PAX (GNU 1.0) sparse file, which
+// archive/tar presents as a regular file whose data is not its content.
+// archive/tar cannot write one, so its headers are made by hand.
+func TestImportSparse(t *testing.T) {
+	const id = 78
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	desc := goodDescriptor(t, id, 1000)
+	tw.WriteHeader(&tar.Header{Name: descriptorName, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(desc))})
+	tw.Write(desc)
+	tw.Flush()
+	var recs string
+	for _, kv := range [][2]string{{"GNU.sparse.major", "1"}, {"GNU.sparse.minor", "0"}, {"GNU.sparse.name", "chunks/0.data"}, {"GNU.sparse.realsize", "1000"}} {
+		rec := " " + kv[0] + "=" + kv[1] + "\n"
+		n := len(rec) + 2
+		if len(strconv.Itoa(n)) == 1 {
+			n--
+		}
+		recs += strconv.Itoa(n) + rec
+	}
+	buf.Write(rawHeader("PaxHeaders/0.data", tar.TypeXHeader, len(recs)))
+	buf.WriteString(recs)
+	buf.Write(make([]byte, (512-len(recs)%512)%512))
+	data := append([]byte("1\n0\n1000\n"), make([]byte, 512)...) // a sparse map, then data
+	data = data[:512]
+	buf.Write(rawHeader("GNUSparseFile.0/0.data", tar.TypeReg, len(data)))
+	buf.Write(data)
+	buf.Write(make([]byte, 1024))
+
+	s := newTestStore(t, Options{})
+	_, err := s.Import(context.Background(), id, 1000, None, &buf)
+	if !errors.Is(err, ErrHostile) || !strings.Contains(err.Error(), "sparse") {
+		t.Fatalf("Import = %v, want ErrHostile for a sparse file", err)
+	}
+	assertEmptyVolume(t, s)
+}
+
+// rawHeader is a USTAR header block.
+func rawHeader(name string, typ byte, size int) []byte {
+	h := make([]byte, 512)
+	copy(h[0:100], name)
+	copy(h[100:108], "0000644\x00")
+	copy(h[108:116], "0000000\x00")
+	copy(h[116:124], "0000000\x00")
+	copy(h[124:136], fmt.Sprintf("%011o\x00", size))
+	copy(h[136:148], "00000000000\x00")
+	h[156] = typ
+	copy(h[257:265], "ustar\x0000")
+	copy(h[148:156], "        ")
+	sum := 0
+	for _, c := range h {
+		sum += int(c)
+	}
+	copy(h[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	return h
 }
 
 // TestImportTooLong refuses a stream longer than the reservation without

@@ -65,7 +65,7 @@ type Store struct {
 	scanSem chan struct{}
 
 	// putMu serialises Put and everything that touches the open container.
-	// Lock order: putMu, then container.mu, then mu.
+	// Lock order: putMu, container.rw, container.mu, mu.
 	putMu  sync.Mutex
 	open   *container
 	putBuf []byte
