@@ -371,15 +371,37 @@ func (l *loader) stage(ctx context.Context, tmp *os.File, f journal.File, buf []
 	}
 	defer rc.Close()
 	h := xxhash.New()
-	w := &countWriter{w: io.MultiWriter(tmp, h), prog: l.prog}
-	n, err := io.CopyBuffer(w, io.LimitReader(rc, f.Size+1), buf)
+	w := &sizeWriter{w: &countWriter{w: io.MultiWriter(tmp, h), prog: l.prog}, limit: f.Size}
+	// A fetcher's reader that is an io.WriterTo writes straight into w.
+	_, err = io.CopyBuffer(w, rc, buf)
+	if errors.Is(err, errTooLong) {
+		return fmt.Errorf("%s: fetched more than %d bytes: %w", f.Path, f.Size, ErrChecksum)
+	}
 	if err != nil {
 		return err
 	}
-	if sum := journal.FormatSum(h.Sum64()); n != f.Size || sum != f.XXH64 {
-		return fmt.Errorf("%s: fetched %d bytes with xxh64 %s, want %d bytes with xxh64 %s: %w", f.Path, n, sum, f.Size, f.XXH64, ErrChecksum)
+	if sum := journal.FormatSum(h.Sum64()); w.n != f.Size || sum != f.XXH64 {
+		return fmt.Errorf("%s: fetched %d bytes with xxh64 %s, want %d bytes with xxh64 %s: %w", f.Path, w.n, sum, f.Size, f.XXH64, ErrChecksum)
 	}
 	return nil
+}
+
+// errTooLong is sizeWriter's refusal of bytes past its limit.
+var errTooLong = errors.New("more bytes than expected")
+
+// sizeWriter passes at most limit bytes on to w, counting them in n.
+type sizeWriter struct {
+	w        io.Writer
+	n, limit int64
+}
+
+func (s *sizeWriter) Write(p []byte) (int, error) {
+	if s.n+int64(len(p)) > s.limit {
+		return 0, errTooLong
+	}
+	m, err := s.w.Write(p)
+	s.n += int64(m)
+	return m, err
 }
 
 type countWriter struct {

@@ -15,6 +15,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 
 	"github.com/cmfs-project/cmfs/api/replpb"
 	"github.com/cmfs-project/cmfs/journal"
@@ -68,6 +69,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 		// An event of an rm -r names every file it preserved.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)),
 		grpc.WithInitialWindowSize(streamWindow), grpc.WithInitialConnWindowSize(connWindow),
+		experimental.WithBufferPool(buffers),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
@@ -215,9 +217,9 @@ type fileReader struct {
 	// h hashes what the reader yields; nil with WithStreaming, where the
 	// caller verifies the bytes itself and the server's sum only tells
 	// ErrChanged from ErrMismatch (one hash less per byte).
-	h      *xxhash.Digest
-	buf    []byte
-	err    error // returned once buf is drained: io.EOF or the failure
+	h   *xxhash.Digest
+	buf []byte
+	err error // returned once buf is drained: io.EOF or the failure
 }
 
 func (r *fileReader) Read(p []byte) (int, error) {
@@ -230,6 +232,30 @@ func (r *fileReader) Read(p []byte) (int, error) {
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
 	return n, nil
+}
+
+// WriteTo writes what is left to w chunk by chunk, as received: io.Copy
+// uses it, saving a copy of every byte into the caller's buffer. It
+// returns the reader's error at the end, as Read would (nil for io.EOF).
+func (r *fileReader) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for {
+		for len(r.buf) > 0 {
+			m, err := w.Write(r.buf)
+			n += int64(m)
+			r.buf = r.buf[m:]
+			if err != nil {
+				return n, err
+			}
+		}
+		if r.err != nil {
+			if errors.Is(r.err, io.EOF) {
+				return n, nil
+			}
+			return n, r.err
+		}
+		r.next()
+	}
 }
 
 // next receives one chunk into buf, setting err at the end.

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 
 	"github.com/cmfs-project/cmfs/api/replpb"
 	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/bufpool"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 )
 
@@ -31,6 +33,10 @@ const (
 	streamWindow = 8 << 20
 	connWindow   = 32 << 20
 )
+
+// buffers is the gRPC buffer pool of the package's servers and clients:
+// one that does not zero the megabytes of file data going through it.
+var buffers = bufpool.New()
 
 // Config says what a Server serves.
 type Config struct {
@@ -119,7 +125,8 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.moved = &repl.LocalFetcher{Root: backing, CMRoot: cfg.CMRoot, Events: serverEvents{s}}
 	s.life, s.end = context.WithCancel(context.Background())
-	s.srv = grpc.NewServer(grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(connWindow))
+	s.srv = grpc.NewServer(grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(connWindow),
+		experimental.BufferPool(buffers))
 	replpb.RegisterSourceServer(s.srv, s)
 	return s, nil
 }
@@ -187,6 +194,27 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	<-errc
 	return nil
 }
+
+// Register puts the Source service on reg, another gRPC server that
+// shares its listener and credentials (a peer.Server), instead of Serve.
+// When ctx ends, following Events streams end, so that the other server's
+// graceful stop does not wait for them; call Close once it has stopped.
+func (s *Server) Register(ctx context.Context, reg grpc.ServiceRegistrar) {
+	replpb.RegisterSourceServer(reg, s)
+	context.AfterFunc(ctx, s.end)
+}
+
+// Close releases what a Server registered elsewhere (Register) holds.
+// Serve and ListenAndServe close it themselves.
+func (s *Server) Close() error {
+	s.end()
+	return s.root.Close()
+}
+
+// Journal returns the journal as the service reads it: through the mount's
+// control socket while one answers, read-only otherwise, switching when a
+// mount starts or stops (as Events streams do).
+func (s *Server) Journal() repl.Events { return serverEvents{s} }
 
 // ListenAndServe listens on addr, which must be a loopback address (TLS
 // is not there yet), and serves until ctx ends.
