@@ -36,13 +36,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/cmfs-project/cmfs/bench"
+	"github.com/cmfs-project/cmfs/internal/cli"
 )
 
 // config sizes the workloads.
@@ -103,7 +103,8 @@ func main() {
 	}
 }
 
-// sizeFlag is a byte count written as 1073741824, 1GiB, 256MiB or 64KiB.
+// sizeFlag is a byte count as cli.ParseBytes reads it: 1073741824, 1GiB,
+// 256MiB, 64K.
 type sizeFlag struct{ n *int64 }
 
 func (s sizeFlag) String() string {
@@ -114,31 +115,15 @@ func (s sizeFlag) String() string {
 }
 
 func (s sizeFlag) Set(v string) error {
-	n, err := parseSize(v)
+	n, err := cli.ParseBytes(v)
 	if err != nil {
 		return err
 	}
+	if n <= 0 {
+		return fmt.Errorf("size %q: want more than 0 bytes", v)
+	}
 	*s.n = n
 	return nil
-}
-
-func parseSize(v string) (int64, error) {
-	mult := int64(1)
-	num := v
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
-		if strings.HasSuffix(v, u.suffix) {
-			num, mult = strings.TrimSuffix(v, u.suffix), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("size %q: want a positive count of bytes, KiB, MiB or GiB", v)
-	}
-	return n * mult, nil
 }
 
 func parseFlags(args []string) (options, error) {
