@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -206,6 +208,7 @@ func (r *runner) compressionRows(ctx context.Context) []*bench.ReplRow {
 		return fail(err)
 	}
 	all := append([]string{"none"}, c.compressions...)
+	wire := map[string]int64{} // bytes on the wire per compression
 	for rep := range c.reps {
 		for k := range all {
 			if ctx.Err() != nil {
@@ -238,9 +241,19 @@ func (r *runner) compressionRows(ctx context.Context) []*bench.ReplRow {
 				byComp[comp].Add(v)
 			}
 			if err == nil {
-				r.logf("[compression] %s run %d: %v (%.0f MB/s of data)%s", comp, rep+1, took.Round(time.Millisecond), v, wireNote(out, c.compSize))
+				wire[comp] = wireBytes(out)
+				r.logf("[compression] %s run %d: %v (%.0f MB/s of data), %d bytes on the wire", comp, rep+1, took.Round(time.Millisecond), v, wire[comp])
 			}
 		}
+	}
+	share := func(comp string) string {
+		if n, ok := wire[comp]; ok && n >= 0 {
+			return fmt.Sprintf("%.0f%%", 100*float64(n)/float64(c.compSize))
+		}
+		return "?"
+	}
+	for comp, row := range byComp {
+		row.Name += fmt.Sprintf(" (on the wire: %s of the data; none %s)", share(comp), share("none"))
 	}
 	return rows
 }
@@ -248,9 +261,22 @@ func (r *runner) compressionRows(ctx context.Context) []*bench.ReplRow {
 // bandwidthArg writes a limit as serve's --replication-bandwidth takes it.
 func bandwidthArg(n int64) string { return fmt.Sprint(n) }
 
-// wireNote says how many bytes went over the wire, if replicate said.
-func wireNote(out string, size int64) string {
-	return ""
+// wireRe finds what `replicad container replicate` says went over the
+// wire: "...; 12345 bytes (12.1 KiB) on the wire, ...".
+var wireRe = regexp.MustCompile(`(\d+) bytes(?: \([^)]*\))? on the wire`)
+
+// wireBytes returns the tarball's bytes on the wire as replicate printed
+// them, or -1.
+func wireBytes(out string) int64 {
+	m := wireRe.FindStringSubmatch(out)
+	if m == nil {
+		return -1
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // --- peak RSS while pushing a large container ---
