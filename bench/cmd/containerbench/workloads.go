@@ -22,7 +22,7 @@ func (r *runner) pushRows(ctx context.Context) []*bench.ReplRow {
 	what := fmt.Sprintf("%s container (%d files, incompressible, cold)", bench.Size(c.pushSize), c.pushFiles)
 	tarBase := "tar c | loopback TCP | tar x, + syncfs"
 	vsTar := &bench.ReplRow{
-		Name: "push " + what + ": container replicate A→B (export, gRPC push, import, syncfs)", Unit: "MB/s", Higher: true,
+		Name: "push " + what + ": container replicate A→B (export, gRPC push, import, fsync of every file)", Unit: "MB/s", Higher: true,
 		Baseline: tarBase, Target: bench.ReplTarget{MinRatio: 0.8, Text: "≥ 0.8× tar"},
 	}
 	vsRsync := &bench.ReplRow{Name: "push " + what + ": the same runs", Unit: "MB/s", Higher: true, Baseline: "rsync -a (local), + syncfs"}
