@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/cmfs-project/cmfs/api/containerpb"
@@ -60,6 +61,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: clientPing, Timeout: 20 * time.Second}),
+		experimental.WithBufferPool(buffers),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)

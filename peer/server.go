@@ -16,12 +16,19 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/cmfs-project/cmfs/api/containerpb"
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/bufpool"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 )
+
+// buffers is the gRPC buffer pool of the package's servers and clients:
+// gRPC's own zeroes every buffer it hands out, some 5% of a push target's
+// CPU on 1 MiB messages (see internal/bufpool).
+var buffers = bufpool.New()
 
 // Server serves the Container service over a node's Store, and runs the
 // node's replication (its Supervisor). It serves once: Serve or
@@ -72,6 +79,7 @@ func NewServer(store Store, cfg Config) (*Server, error) {
 	s.srv = grpc.NewServer(grpc.Creds(creds),
 		// Clients ping idle connections (Dial): allow it.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: clientPing / 2, PermitWithoutStream: true}),
+		experimental.BufferPool(buffers),
 	)
 	containerpb.RegisterContainerServer(s.srv, s)
 	return s, nil
