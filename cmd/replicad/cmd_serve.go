@@ -5,9 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/ingest"
+	"github.com/cmfs-project/cmfs/internal/cli"
+	"github.com/cmfs-project/cmfs/internal/tlsconfig"
+	"github.com/cmfs-project/cmfs/peer"
+	"github.com/cmfs-project/cmfs/repl"
 	"github.com/cmfs-project/cmfs/source"
 )
 
@@ -15,28 +27,73 @@ type serveOptions struct {
 	state   string
 	backing string
 	listen  string
+
+	// The node: its containers and their replication.
+	nodeID        string
+	rack          string
+	volumes       []string
+	containerSize cli.ByteSize
+	push          bool
+	tls           tlsFlags
+	bandwidth     cli.ByteRate
+	concurrency   int
+	metrics       string
+	ingest        bool
+	ingestIdle    time.Duration
+
+	// changed says whether a flag was given (nil: none was).
+	changed func(name string) bool
 }
 
-func newServeCmd(g *globalOptions) *cobra.Command {
-	var opts serveOptions
-	cmd := &cobra.Command{
-		Use:   "serve --state DIR [--backing DIR] [--listen ADDR]",
-		Short: "Serve a warehouse's files and journal to destinations",
-		Long: `Serve the files and journal of a cmfs-protected warehouse over gRPC, for
-'replicad load --source' and 'replicad follow' at a destination. A file is
-streamed from the live tree while it holds the content asked for, else from
-cmroot; the journal is read through the mount's control socket while it is
-mounted, read-only otherwise.
+// ingestCursor is the file in the state directory where serve --ingest
+// records how far it ingested the journal.
+const ingestCursor = "replicad-ingest.json"
 
-The backing directory and cmroot come from STATE/mount.json, written by
-every cmfs mount, or --backing DIR (state BACKING/.cmfs unless --state).
-Without TLS only loopback addresses are allowed. Once it listens it prints
-"listening on ADDR" (the actual address: with port 0, the one picked) and
-serves until SIGINT or SIGTERM, then exits 0.`,
+// ingestInterval is how often serve --ingest looks for new events.
+const ingestInterval = time.Second
+
+func newServeCmd(g *globalOptions) *cobra.Command {
+	opts := serveOptions{containerSize: container.DefaultContainerSize}
+	cmd := &cobra.Command{
+		Use:   "serve [--state DIR] [--listen ADDR] [--node-id ID --volume DIR...] [flags]",
+		Short: "Serve a warehouse's files and journal, and a node's containers",
+		Long: `Serve over gRPC, on one listener:
+
+  - with --state (or --backing), the files and journal of a cmfs-protected
+    warehouse, for 'replicad load --source' and 'replicad follow' at a
+    destination. A file is streamed from the live tree while it holds the
+    content asked for, else from cmroot; the journal is read through the
+    mount's control socket while it is mounted, read-only otherwise. The
+    backing directory and cmroot come from STATE/mount.json, written by
+    every cmfs mount, or --backing DIR (state BACKING/.cmfs unless --state).
+  - with --volume, this node's containers (the 'replicad container'
+    commands) and their replication to and from peers: push by default,
+    pull with --push=false (the target downloads from this node when a
+    replicate names no --mode).
+
+--ingest (needs --state and --volume) writes the files journal events add,
+and the originals they preserve, into the open container, and remembers
+the last event ingested in STATE/` + ingestCursor + ` so that a restart
+resumes. A container closes at --container-size, or after --ingest-idle
+without a new file.
+
+With --tls-cert, --tls-key and --tls-ca the node speaks mutual TLS 1.3 to
+clients and peers (--tls-allow narrows the peers to some names); without,
+it serves, and dials, loopback addresses only, and says so. --metrics ADDR
+serves the replication metrics (Prometheus) on http://ADDR/metrics.
+
+Once it listens it prints "listening on ADDR (...)" (the actual address:
+with port 0, the one picked) and serves until SIGINT or SIGTERM, then
+closes the open container and exits 0.`,
 		Example: `  replicad serve --state /data/warehouse/.cmfs
-  replicad serve --backing /data/warehouse --listen 127.0.0.1:9860`,
+  replicad serve --backing /data/warehouse --listen 127.0.0.1:9860
+  replicad serve --listen 127.0.0.1:9870 --node-id dn1 --volume /disk1/replicad --volume /disk2/replicad
+  replicad serve --state /data/warehouse/.cmfs --listen 127.0.0.1:9870 --node-id dn1 --volume /disk1/replicad --ingest --container-size 1GiB
+  replicad serve --listen dn1.example.com:9870 --node-id dn1 --rack r1 --volume /disk1/replicad \
+      --tls-cert dn1.pem --tls-key dn1-key.pem --tls-ca ca.pem --replication-bandwidth 100MiB/s --metrics :9871`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.changed = cmd.Flags().Changed
 			return runServe(cmd.Context(), g, opts, args)
 		},
 	}
@@ -44,10 +101,58 @@ serves until SIGINT or SIGTERM, then exits 0.`,
 	f.StringVar(&opts.state, "state", "", "the mount's state `DIR` (default: BACKING/.cmfs)")
 	f.StringVar(&opts.backing, "backing", "", "the warehouse root `DIR` (default: from STATE/mount.json)")
 	f.StringVar(&opts.listen, "listen", source.DefaultAddr, "`ADDR` to listen on (loopback only without TLS)")
+	f.StringVar(&opts.nodeID, "node-id", "", "this node's `ID` in metrics (default: the host name)")
+	f.StringVar(&opts.rack, "rack", "", "this node's rack `NAME`")
+	f.StringArrayVar(&opts.volumes, "volume", nil, "a `DIR` to keep containers in (created if missing; repeat for more)")
+	f.Var(&opts.containerSize, "container-size", "close the open container at this `SIZE` of data (64MiB, 5GiB, ...)")
+	f.BoolVar(&opts.push, "push", true, "replicate in push mode when a replicate names no --mode (false: the target pulls)")
+	opts.tls.register(f, "node's")
+	f.Var(&opts.bandwidth, "replication-bandwidth", "cap what this node sends to peers at `N/s` bytes (100MiB/s; default: no cap)")
+	f.IntVar(&opts.concurrency, "replication-concurrency", peer.DefaultConcurrency, "replications this node runs at once (doubled while decommissioning)")
+	f.StringVar(&opts.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (default: off)")
+	f.BoolVar(&opts.ingest, "ingest", false, "write the files the journal's events add or preserve into the open container")
+	f.DurationVar(&opts.ingestIdle, "ingest-idle", time.Minute, "with --ingest, close the open container after this long without a new file (0: never)")
 	return cmd
 }
 
+// nodeFlags are the flags that configure the container service.
+var nodeFlags = []string{"node-id", "rack", "container-size", "push", "tls-cert", "tls-key", "tls-ca", "tls-allow",
+	"replication-bandwidth", "replication-concurrency", "metrics", "ingest", "ingest-idle"}
+
 func runServe(ctx context.Context, g *globalOptions, opts serveOptions, _ []string) error {
+	changed := opts.changed
+	if changed == nil {
+		changed = func(string) bool { return false }
+	}
+	warehouse := opts.state != "" || opts.backing != ""
+	if !warehouse && len(opts.volumes) == 0 {
+		return errors.New("what to serve? give --state DIR (a warehouse's files and journal) or --volume DIR (containers)")
+	}
+	if len(opts.volumes) == 0 {
+		for _, name := range nodeFlags {
+			if changed(name) {
+				return fmt.Errorf("--%s is a setting of the container service: give --volume DIR too", name)
+			}
+		}
+		return serveSource(ctx, g, opts)
+	}
+	switch {
+	case opts.ingest && !warehouse:
+		return errors.New("--ingest needs --state DIR: the warehouse whose journal to ingest")
+	case changed("ingest-idle") && !opts.ingest:
+		return errors.New("--ingest-idle needs --ingest")
+	case opts.containerSize <= 0:
+		return fmt.Errorf("--container-size %d must be positive", opts.containerSize)
+	case opts.concurrency <= 0:
+		return fmt.Errorf("--replication-concurrency %d must be positive", opts.concurrency)
+	case opts.ingestIdle < 0:
+		return fmt.Errorf("--ingest-idle %s must not be negative", opts.ingestIdle)
+	}
+	return serveNode(ctx, g, opts)
+}
+
+// serveSource serves the Source service alone, on its own gRPC server.
+func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error {
 	m, err := resolveMount(opts.state, opts.backing)
 	if err != nil {
 		return err
@@ -76,6 +181,148 @@ func runServe(ctx context.Context, g *globalOptions, opts serveOptions, _ []stri
 	cfg := srv.Config()
 	fmt.Fprintf(g.stdout, "listening on %s (warehouse %s, state %s, source %s)\n", lis.Addr(), cfg.Backing, cfg.State, cfg.SourceID)
 	return srv.Serve(ctx, lis)
+}
+
+// serveNode serves the Container service over the volumes and, with a
+// warehouse, the Source service on the same listener.
+func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err error) {
+	tc := opts.tls.config()
+	if tc.Enabled() {
+		// Checked before anything is opened, for a clear message.
+		if _, err := tlsconfig.Server(tc); err != nil {
+			return err
+		}
+	} else if err := tlsconfig.CheckLoopback(ctx, "listen on", opts.listen); err != nil {
+		return err
+	}
+	var m mount
+	if opts.state != "" || opts.backing != "" {
+		if m, err = resolveMount(opts.state, opts.backing); err != nil {
+			return err
+		}
+	}
+	nodeID := opts.nodeID
+	if nodeID == "" {
+		if nodeID, err = os.Hostname(); err != nil {
+			return fmt.Errorf("--node-id not given and no host name: %w", err)
+		}
+	}
+	// Listen first: an address in use fails before a volume is created.
+	lis, err := net.Listen("tcp", opts.listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", opts.listen, unwrapOp(err))
+	}
+	defer lis.Close() // Serve closes it; this is for the failures before
+	var mlis net.Listener
+	if opts.metrics != "" {
+		if mlis, err = net.Listen("tcp", opts.metrics); err != nil {
+			return fmt.Errorf("metrics: listen %s: %w", opts.metrics, unwrapOp(err))
+		}
+		defer mlis.Close()
+	}
+	volumes := make([]string, len(opts.volumes))
+	for i, v := range opts.volumes {
+		// Created if missing, but not its parents: a mistyped path fails.
+		if volumes[i], err = makeDirectory("volume", v); err != nil {
+			return err
+		}
+	}
+	store, err := container.OpenStore(volumes, container.Options{ContainerSize: int64(opts.containerSize)})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Closes the open container, so that the next start need not
+		// recover it.
+		if cerr := store.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("close the container store: %w", cerr)
+		}
+	}()
+	node, err := peer.NewServer(store, peer.Config{
+		NodeID:      nodeID,
+		Rack:        opts.rack,
+		TLS:         tc,
+		Bandwidth:   int64(opts.bandwidth),
+		Concurrency: opts.concurrency,
+		Pull:        !opts.push,
+	})
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait() // before the store closes (deferred earlier, runs later)
+
+	var src *source.Server
+	if m.backing != "" {
+		if src, err = source.NewServer(source.Config{Backing: m.backing, State: m.state, CMRoot: m.cmroot}); err != nil {
+			return err
+		}
+		defer src.Close()
+		src.Register(ctx, node)
+	}
+	var feed *ingest.Feed
+	if opts.ingest {
+		feed, err = ingest.New(ingest.Config{
+			Store:   store,
+			Events:  src.Journal(),
+			Fetcher: &repl.LocalFetcher{Root: m.backing, CMRoot: m.cmroot, Events: src.Journal()},
+			Cursor:  filepath.Join(m.state, ingestCursor),
+			Idle:    opts.ingestIdle,
+			Logf:    func(format string, args ...any) { fmt.Fprintf(g.stderr, "replicad: "+format+"\n", args...) },
+		})
+		if err != nil {
+			return err
+		}
+	}
+
+	desc := []string{fmt.Sprintf("node %s", nodeID)}
+	if opts.rack != "" {
+		desc = append(desc, "rack "+opts.rack)
+	}
+	desc = append(desc, "volumes "+strings.Join(volumes, ", "))
+	if src != nil {
+		cfg := src.Config()
+		desc = append(desc, fmt.Sprintf("warehouse %s, state %s, source %s", cfg.Backing, cfg.State, cfg.SourceID))
+	}
+	if feed != nil {
+		desc = append(desc, fmt.Sprintf("ingesting after event %d", feed.Last()))
+	}
+	if !opts.push {
+		desc = append(desc, "pull")
+	}
+	if mlis != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", node.Metrics())
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hs.Serve(mlis) // ends with Shutdown below
+		}()
+		context.AfterFunc(ctx, func() {
+			sctx, c := context.WithTimeout(context.Background(), time.Second)
+			defer c()
+			hs.Shutdown(sctx)
+		})
+		desc = append(desc, fmt.Sprintf("metrics http://%s/metrics", mlis.Addr()))
+	}
+	if feed != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			feed.Run(ctx, ingestInterval) // reports through Logf; nil when ctx ends
+		}()
+	}
+	fmt.Fprintf(g.stdout, "listening on %s (%s)\n", lis.Addr(), strings.Join(desc, "; "))
+	if !tc.Enabled() {
+		fmt.Fprintln(g.stderr, "replicad: no TLS (--tls-cert, --tls-key, --tls-ca): serving and dialing loopback addresses only")
+	}
+	err = node.Serve(ctx, lis)
+	cancel()
+	return err
 }
 
 // unwrapOp drops the *net.OpError wrapper whose address the caller's

@@ -31,7 +31,9 @@ func newRootCmd(g *globalOptions) *cobra.Command {
 journal into dumps (metadata only: files are listed, never copied) and
 serves the warehouse's files and journal to destinations; at a destination
 it applies dumps event by event, fetching every file once from the live
-tree or, when it changed since, from cmfs's cmroot.`,
+tree or, when it changed since, from cmfs's cmroot. On every node it keeps
+containers — the warehouse's data packed as checksummed blocks — and
+replicates them to peers ('replicad serve --volume', 'replicad container').`,
 	}, g.stdout, g.stderr)
 	root.AddCommand(
 		newServeCmd(g),
@@ -39,6 +41,7 @@ tree or, when it changed since, from cmfs's cmroot.`,
 		newLoadCmd(g),
 		newStatusCmd(g),
 		newFollowCmd(g),
+		newContainerCmd(g),
 	)
 	return root
 }

@@ -79,8 +79,14 @@ func (r *ByteRate) String() string { return strconv.FormatInt(int64(*r), 10) }
 
 func (r *ByteRate) Set(s string) error {
 	n, err := parseBytes(strings.TrimSuffix(strings.TrimSpace(s), "/s"))
+	if err != nil && !strings.HasPrefix(err.Error(), "want") {
+		return err // negative, too large
+	}
+	if err != nil {
+		return errors.New("want bytes per second, such as 100MiB/s or 1048576")
+	}
 	*r = ByteRate(n)
-	return err
+	return nil
 }
 
 func (r *ByteRate) Type() string { return "rate" }
