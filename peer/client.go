@@ -235,13 +235,7 @@ func (c *Client) Replicate(ctx context.Context, t Task) (Result, error) {
 	if _, err := container.ParseCompression(string(t.Compression)); err != nil {
 		return Result{}, fmt.Errorf("replicate container %d: %w", t.Container, err)
 	}
-	mode := containerpb.Mode_PUSH
-	switch t.Mode {
-	case Pull:
-		mode = containerpb.Mode_PULL
-	case NodeDefault:
-		mode = containerpb.Mode_NODE_DEFAULT
-	}
+	mode := modeToPB(t.Mode)
 	resp, err := c.rpc.Replicate(ctx, &containerpb.ReplicateRequest{
 		ContainerId: t.Container,
 		Target:      t.Target,
@@ -258,6 +252,7 @@ func (c *Client) Replicate(ctx context.Context, t Task) (Result, error) {
 		Bytes:      resp.Bytes,
 		Attempts:   int(resp.Attempts),
 		Duration:   time.Duration(resp.DurationNano),
+		Mode:       modeFromPB(resp.Mode),
 	}, nil
 }
 

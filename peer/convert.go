@@ -59,6 +59,26 @@ func descFromPB(p *containerpb.Descriptor) container.Descriptor {
 	return d
 }
 
+func modeToPB(m Mode) containerpb.Mode {
+	switch m {
+	case Pull:
+		return containerpb.Mode_PULL
+	case NodeDefault:
+		return containerpb.Mode_NODE_DEFAULT
+	}
+	return containerpb.Mode_PUSH
+}
+
+func modeFromPB(m containerpb.Mode) Mode {
+	switch m {
+	case containerpb.Mode_PULL:
+		return Pull
+	case containerpb.Mode_NODE_DEFAULT:
+		return NodeDefault
+	}
+	return Push
+}
+
 func blockToPB(b container.BlockID) *containerpb.BlockID {
 	return &containerpb.BlockID{Sum: b.Sum, Size: b.Size}
 }

@@ -280,8 +280,12 @@ func TestReplicateNodeDefault(t *testing.T) {
 			src := startNode(t, newFakeStore(), Config{Pull: pull})
 			dst := startNode(t, newFakeStore(), Config{})
 			data := src.store.add(t, 7, 100_000)
-			if _, err := src.c.Replicate(ctx, Task{Container: 7, Target: dst.addr, Mode: NodeDefault}); err != nil {
+			res, err := src.c.Replicate(ctx, Task{Container: 7, Target: dst.addr, Mode: NodeDefault})
+			if err != nil {
 				t.Fatal(err)
+			}
+			if want := map[bool]Mode{false: Push, true: Pull}[pull]; res.Mode != want {
+				t.Errorf("replicated in mode %s, want %s", res.Mode, want)
 			}
 			if got := dst.store.tarball(7); !bytes.Equal(got, data) {
 				t.Fatalf("the target holds %d bytes, not the %d exported", len(got), len(data))
@@ -290,7 +294,7 @@ func TestReplicateNodeDefault(t *testing.T) {
 			if pull {
 				want = "(pull,"
 			}
-			_, err := src.c.Replicate(ctx, Task{Container: 8, Target: dst.addr, Mode: NodeDefault})
+			_, err = src.c.Replicate(ctx, Task{Container: 8, Target: dst.addr, Mode: NodeDefault})
 			if !errors.Is(err, container.ErrNotFound) || !strings.Contains(err.Error(), want) {
 				t.Errorf("replicating a missing container: %v, want ErrNotFound and %q", err, want)
 			}

@@ -19,7 +19,7 @@ func (s *Server) replicate(ctx context.Context, t Task) (Result, error) {
 		return Result{}, fmt.Errorf("replicate container %d to %s: %w", t.Container, t.Target, err)
 	}
 	defer c.Close()
-	var res Result
+	res := Result{Mode: t.Mode}
 	res.Attempts, err = s.retry(ctx, func() error {
 		var r ImportResult
 		var err error

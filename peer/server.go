@@ -323,6 +323,7 @@ func (s *Server) Replicate(ctx context.Context, req *containerpb.ReplicateReques
 		Bytes:        res.Bytes,
 		Attempts:     int32(res.Attempts),
 		DurationNano: int64(res.Duration),
+		Mode:         modeToPB(res.Mode),
 	}, nil
 }
 

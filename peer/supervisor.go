@@ -78,6 +78,8 @@ type Result struct {
 	Attempts int
 	// Duration is the time the task ran, retries included, queueing not.
 	Duration time.Duration
+	// Mode is how the container travelled: Push or Pull.
+	Mode Mode
 }
 
 // ReplicateFunc runs one task; ctx ends at the task's deadline.

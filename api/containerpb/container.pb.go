@@ -848,8 +848,11 @@ type ReplicateResponse struct {
 	// bytes is the tarball's length on the wire (compressed).
 	Bytes int64 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	// attempts counts the transfers started: more than one after a reset.
-	Attempts      int32 `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	DurationNano  int64 `protobuf:"varint,4,opt,name=duration_nano,json=durationNano,proto3" json:"duration_nano,omitempty"`
+	Attempts     int32 `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	DurationNano int64 `protobuf:"varint,4,opt,name=duration_nano,json=durationNano,proto3" json:"duration_nano,omitempty"`
+	// mode is how the container travelled: PUSH or PULL (never
+	// NODE_DEFAULT: the node's choice).
+	Mode          Mode `protobuf:"varint,5,opt,name=mode,proto3,enum=cmfs.container.v1.Mode" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -910,6 +913,13 @@ func (x *ReplicateResponse) GetDurationNano() int64 {
 		return x.DurationNano
 	}
 	return 0
+}
+
+func (x *ReplicateResponse) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_PUSH
 }
 
 // TarChunk is one message of a tarball stream (Push, Download).
@@ -1257,12 +1267,13 @@ const file_container_proto_rawDesc = "" +
 	"\x04mode\x18\x03 \x01(\x0e2\x17.cmfs.container.v1.ModeR\x04mode\x12 \n" +
 	"\vcompression\x18\x04 \x01(\tR\vcompression\x12\x1a\n" +
 	"\bpriority\x18\x05 \x01(\x05R\bpriority\x12\x1b\n" +
-	"\twait_scan\x18\x06 \x01(\bR\bwaitScan\"\xa7\x01\n" +
+	"\twait_scan\x18\x06 \x01(\bR\bwaitScan\"\xd4\x01\n" +
 	"\x11ReplicateResponse\x12;\n" +
 	"\tcontainer\x18\x01 \x01(\v2\x1d.cmfs.container.v1.DescriptorR\tcontainer\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x1a\n" +
 	"\battempts\x18\x03 \x01(\x05R\battempts\x12#\n" +
-	"\rduration_nano\x18\x04 \x01(\x03R\fdurationNano\"\xd4\x01\n" +
+	"\rduration_nano\x18\x04 \x01(\x03R\fdurationNano\x12+\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x17.cmfs.container.v1.ModeR\x04mode\"\xd4\x01\n" +
 	"\bTarChunk\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\x04R\vcontainerId\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
@@ -1350,30 +1361,31 @@ var file_container_proto_depIdxs = []int32{
 	3,  // 3: cmfs.container.v1.GetRequest.block:type_name -> cmfs.container.v1.BlockID
 	1,  // 4: cmfs.container.v1.ReplicateRequest.mode:type_name -> cmfs.container.v1.Mode
 	2,  // 5: cmfs.container.v1.ReplicateResponse.container:type_name -> cmfs.container.v1.Descriptor
-	2,  // 6: cmfs.container.v1.ImportResponse.container:type_name -> cmfs.container.v1.Descriptor
-	4,  // 7: cmfs.container.v1.Container.Put:input_type -> cmfs.container.v1.PutRequest
-	6,  // 8: cmfs.container.v1.Container.Close:input_type -> cmfs.container.v1.CloseRequest
-	7,  // 9: cmfs.container.v1.Container.List:input_type -> cmfs.container.v1.ListRequest
-	9,  // 10: cmfs.container.v1.Container.Get:input_type -> cmfs.container.v1.GetRequest
-	11, // 11: cmfs.container.v1.Container.Verify:input_type -> cmfs.container.v1.VerifyRequest
-	12, // 12: cmfs.container.v1.Container.Replicate:input_type -> cmfs.container.v1.ReplicateRequest
-	14, // 13: cmfs.container.v1.Container.Push:input_type -> cmfs.container.v1.TarChunk
-	16, // 14: cmfs.container.v1.Container.Download:input_type -> cmfs.container.v1.DownloadRequest
-	17, // 15: cmfs.container.v1.Container.Fetch:input_type -> cmfs.container.v1.FetchRequest
-	5,  // 16: cmfs.container.v1.Container.Put:output_type -> cmfs.container.v1.PutResponse
-	2,  // 17: cmfs.container.v1.Container.Close:output_type -> cmfs.container.v1.Descriptor
-	8,  // 18: cmfs.container.v1.Container.List:output_type -> cmfs.container.v1.ListResponse
-	10, // 19: cmfs.container.v1.Container.Get:output_type -> cmfs.container.v1.BlockData
-	2,  // 20: cmfs.container.v1.Container.Verify:output_type -> cmfs.container.v1.Descriptor
-	13, // 21: cmfs.container.v1.Container.Replicate:output_type -> cmfs.container.v1.ReplicateResponse
-	15, // 22: cmfs.container.v1.Container.Push:output_type -> cmfs.container.v1.ImportResponse
-	14, // 23: cmfs.container.v1.Container.Download:output_type -> cmfs.container.v1.TarChunk
-	15, // 24: cmfs.container.v1.Container.Fetch:output_type -> cmfs.container.v1.ImportResponse
-	16, // [16:25] is the sub-list for method output_type
-	7,  // [7:16] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	1,  // 6: cmfs.container.v1.ReplicateResponse.mode:type_name -> cmfs.container.v1.Mode
+	2,  // 7: cmfs.container.v1.ImportResponse.container:type_name -> cmfs.container.v1.Descriptor
+	4,  // 8: cmfs.container.v1.Container.Put:input_type -> cmfs.container.v1.PutRequest
+	6,  // 9: cmfs.container.v1.Container.Close:input_type -> cmfs.container.v1.CloseRequest
+	7,  // 10: cmfs.container.v1.Container.List:input_type -> cmfs.container.v1.ListRequest
+	9,  // 11: cmfs.container.v1.Container.Get:input_type -> cmfs.container.v1.GetRequest
+	11, // 12: cmfs.container.v1.Container.Verify:input_type -> cmfs.container.v1.VerifyRequest
+	12, // 13: cmfs.container.v1.Container.Replicate:input_type -> cmfs.container.v1.ReplicateRequest
+	14, // 14: cmfs.container.v1.Container.Push:input_type -> cmfs.container.v1.TarChunk
+	16, // 15: cmfs.container.v1.Container.Download:input_type -> cmfs.container.v1.DownloadRequest
+	17, // 16: cmfs.container.v1.Container.Fetch:input_type -> cmfs.container.v1.FetchRequest
+	5,  // 17: cmfs.container.v1.Container.Put:output_type -> cmfs.container.v1.PutResponse
+	2,  // 18: cmfs.container.v1.Container.Close:output_type -> cmfs.container.v1.Descriptor
+	8,  // 19: cmfs.container.v1.Container.List:output_type -> cmfs.container.v1.ListResponse
+	10, // 20: cmfs.container.v1.Container.Get:output_type -> cmfs.container.v1.BlockData
+	2,  // 21: cmfs.container.v1.Container.Verify:output_type -> cmfs.container.v1.Descriptor
+	13, // 22: cmfs.container.v1.Container.Replicate:output_type -> cmfs.container.v1.ReplicateResponse
+	15, // 23: cmfs.container.v1.Container.Push:output_type -> cmfs.container.v1.ImportResponse
+	14, // 24: cmfs.container.v1.Container.Download:output_type -> cmfs.container.v1.TarChunk
+	15, // 25: cmfs.container.v1.Container.Fetch:output_type -> cmfs.container.v1.ImportResponse
+	17, // [17:26] is the sub-list for method output_type
+	8,  // [8:17] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_container_proto_init() }
