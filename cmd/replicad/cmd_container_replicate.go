@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -84,8 +85,8 @@ func runContainerReplicate(ctx context.Context, g *globalOptions, opts container
 		attempts = fmt.Sprintf("%d attempts", res.Attempts)
 	}
 	d := res.Descriptor
-	fmt.Fprintf(g.stdout, "container %d on %s: %s; %s on the wire, %s, %s, %s\n",
-		id, opts.to, d.State, cli.Bytes(res.Bytes), comp, res.Duration.Round(1e6), attempts)
+	fmt.Fprintf(g.stdout, "container %d on %s: %s; %s, %s, %s on the wire in %s, %s\n",
+		id, opts.to, d.State, res.Mode, comp, cli.Bytes(res.Bytes), res.Duration.Round(time.Millisecond), attempts)
 	if d.State == container.Unhealthy {
 		return &cli.ExitError{Code: 1, Msg: fmt.Sprintf("container %d on %s is UNHEALTHY: %s", id, opts.to, d.Reason)}
 	}

@@ -273,7 +273,7 @@ func TestContainerCommands(t *testing.T) {
 
 	// b serves with --push=false; a pushes by default, and --mode pull.
 	out := mustRun(t, "container", "replicate", "--server", a, id, "--to", b, "--compression", "lz4", "--wait-scan")
-	if !strings.Contains(out, "CLOSED") || !strings.Contains(out, "1 attempt") {
+	if !strings.Contains(out, "CLOSED; push, lz4, ") || !strings.Contains(out, "1 attempt") {
 		t.Errorf("replicate printed %q", out)
 	}
 	expectRefusal(t, []string{"container", "replicate", "--server", a, id, "--to", b, "--mode", "pull"}, "already exists")
@@ -298,7 +298,7 @@ func TestContainerCommands(t *testing.T) {
 
 	// Back from b (pull by its --push=false) to a third node.
 	c, _ := serveInProcess(t, "--node-id", "c", "--volume", filepath.Join(dir, "c"))
-	if out := mustRun(t, "container", "replicate", "--server", b, id, "--to", c, "--compression", "zstd"); !strings.Contains(out, "on "+c) {
+	if out := mustRun(t, "container", "replicate", "--server", b, id, "--to", c, "--compression", "zstd"); !strings.Contains(out, "on "+c+": RECOVERING; pull, zstd") {
 		t.Errorf("replicate printed %q", out)
 	}
 	deadline := time.Now().Add(10 * time.Second)
