@@ -48,11 +48,12 @@ func WithSpoolDir(dir string) Option { return func(c *Client) { c.spoolDir = dir
 
 // WithStreaming makes Fetch stream live files through as well, instead of
 // holding them back until their checksum is known: for a caller that
-// stages the bytes itself, verifies their size and xxh64, and on
-// ErrChanged at EOF discards them and asks again with f.CM set (cmroot
-// only). It saves the copy a large live file otherwise takes, and the
-// client's own hash: the reader tells ErrChanged and ErrMismatch by the
-// server's sum, and the caller's check is the one that counts.
+// stages the bytes itself, verifies their size and xxh64, and when they
+// differ discards them and asks again with f.CM set (cmroot only). It
+// saves the copy a large live file otherwise takes, and every hash but the
+// caller's: the server sends no checksum and the reader ends with io.EOF,
+// so the caller's check is the only one; a mismatch there means the live
+// file changed, or a corrupt cmroot entry.
 func WithStreaming() Option { return func(c *Client) { c.streaming = true } }
 
 // Dial returns a client for the Source service at addr, which must be a
@@ -108,8 +109,8 @@ func (c *Client) Stats() Stats {
 // temp file), and if they turn out different the file is asked for again
 // from cmroot; bytes from cmroot, which cannot change, are streamed
 // through and checked at the end. The reader returns ErrMismatch (wrapped)
-// instead of io.EOF when they are not the content asked for (or, with
-// WithStreaming, ErrChanged for a live file that changed). A file with
+// instead of io.EOF when they are not the content asked for (with
+// WithStreaming, the caller checks: see there). A file with
 // f.CM set is a preserved original and is read from cmroot only. Close
 // the reader to end the transfer early.
 //
@@ -117,7 +118,7 @@ func (c *Client) Stats() Stats {
 // ErrRefused, ErrUnavailable, all wrapped; ctx's error.
 func (c *Client) Fetch(ctx context.Context, f journal.File) (io.ReadCloser, error) {
 	c.files.Add(1)
-	req := &replpb.ReadFileRequest{Path: f.Path, Size: f.Size, Xxh64: f.XXH64, Cm: f.CM}
+	req := &replpb.ReadFileRequest{Path: f.Path, Size: f.Size, Xxh64: f.XXH64, Cm: f.CM, NoChecksum: c.streaming}
 	if id, ok := repl.EventOf(ctx); ok {
 		req.AfterEvent = id
 	}
@@ -130,7 +131,7 @@ func (c *Client) Fetch(ctx context.Context, f journal.File) (io.ReadCloser, erro
 	}
 	held, err := c.hold(r, f.Size)
 	r.Close()
-	if !errors.Is(err, ErrChanged) {
+	if !errors.Is(err, errChanged) {
 		return held, err
 	}
 	c.retries.Add(1)
@@ -153,7 +154,7 @@ func (c *Client) readFile(ctx context.Context, req *replpb.ReadFileRequest) (*fi
 		r.h = xxhash.New()
 	}
 	r.next()
-	if r.err != nil && !errors.Is(r.err, io.EOF) && !errors.Is(r.err, ErrMismatch) && !errors.Is(r.err, ErrChanged) {
+	if r.err != nil && !errors.Is(r.err, io.EOF) && !errors.Is(r.err, ErrMismatch) && !errors.Is(r.err, errChanged) {
 		cancel()
 		return nil, r.err
 	}
@@ -169,7 +170,7 @@ func (c *Client) hold(r *fileReader, size int64) (io.ReadCloser, error) {
 		if n <= size {
 			return nil
 		}
-		return fmt.Errorf("fetch %s from %s: more than %d bytes: %w", r.req.Path, r.from, size, ErrChanged)
+		return fmt.Errorf("fetch %s from %s: more than %d bytes: %w", r.req.Path, r.from, size, errChanged)
 	}
 	if size <= c.spoolMemory {
 		b := bytes.NewBuffer(make([]byte, 0, size+1))
@@ -215,8 +216,7 @@ type fileReader struct {
 	req    *replpb.ReadFileRequest
 	from   string
 	// h hashes what the reader yields; nil with WithStreaming, where the
-	// caller verifies the bytes itself and the server's sum only tells
-	// ErrChanged from ErrMismatch (one hash less per byte).
+	// caller verifies the bytes itself.
 	h   *xxhash.Digest
 	buf []byte
 	err error // returned once buf is drained: io.EOF or the failure
@@ -281,14 +281,15 @@ func (r *fileReader) next() {
 		return
 	}
 	r.cancel()
-	got := ch.Xxh64
-	if r.h != nil {
-		got = journal.FormatSum(r.h.Sum64()) // our own sum, not the server's word for it
+	if r.h == nil {
+		r.err = io.EOF // the caller checks the bytes (WithStreaming)
+		return
 	}
-	if got != r.req.Xxh64 {
+	// Our own sum, not the server's word for it.
+	if got := journal.FormatSum(r.h.Sum64()); got != r.req.Xxh64 {
 		sentinel := ErrMismatch
 		if r.from == fromLive {
-			sentinel = ErrChanged
+			sentinel = errChanged
 		}
 		r.err = fmt.Errorf("fetch %s from %s: got xxh64 %s, want %s (size %d): %w", r.req.Path, r.from, got, r.req.Xxh64, r.req.Size, sentinel)
 		return

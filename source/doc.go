@@ -15,9 +15,10 @@
 // of what it receives: a live file whose bytes turned out different (same
 // size, new content) is discarded and asked for again from cmroot, so a
 // Fetch yields only the content asked for or fails. (WithStreaming hands
-// live bytes through instead and reports ErrChanged at EOF, for a caller
-// that stages and retries itself.) A file with a cmroot name (f.CM) is a
-// preserved original and is read from cmroot only.
+// live bytes through instead, unhashed on both ends — the request says
+// no_checksum — for a caller that stages, verifies and retries itself: a
+// load.) A file with a cmroot name (f.CM) is a preserved original and is
+// read from cmroot only.
 //
 // What is served: regular files inside the warehouse root, and cmroot
 // entries named by checksum — nothing else. Refused: a path that is

@@ -16,7 +16,7 @@ import (
 // error wrapped. Those a Client's Fetch returns also match repl's, so
 // that a load reacts to them as to its own fetcher's (ErrNotFound is a
 // repl.ErrNoCopy, ErrRefused a repl.ErrUnsafePath, ErrMismatch a
-// repl.ErrChecksum, ErrChanged a repl.ErrStale).
+// repl.ErrChecksum).
 var (
 	// ErrNotFound is returned by ReadFile and Fetch when neither the path
 	// nor cmroot holds the content asked for.
@@ -31,10 +31,6 @@ var (
 	// received from cmroot do not have the xxh64 asked for: a corrupt
 	// entry.
 	ErrMismatch error = &sentinel{"source: checksum mismatch", repl.ErrChecksum}
-	// ErrChanged is returned by a Fetch reader at EOF, with
-	// WithStreaming only, when the live file turned out to hold other
-	// bytes than asked for: discard them and fetch again with f.CM set.
-	ErrChanged error = &sentinel{"source: live file changed", repl.ErrStale}
 	// ErrUnavailable is returned when the journal cannot be read: held by
 	// a mount whose control socket does not answer, or the server is
 	// going away.
@@ -43,6 +39,10 @@ var (
 	// non-loopback address: without TLS only loopback is allowed.
 	ErrInsecure = errors.New("source: non-loopback address without TLS")
 )
+
+// errChanged: a live file held other bytes than asked for, found at the
+// end of its read. Fetch then asks for the content from cmroot itself.
+var errChanged error = &sentinel{"source: live file changed", repl.ErrStale}
 
 // sentinel is an error of this package that is also one of repl's.
 type sentinel struct {

@@ -52,7 +52,7 @@ func (s *Server) readFile(ctx context.Context, req *replpb.ReadFileRequest, send
 		}
 		if f != nil {
 			defer f.Close()
-			return sendFile(ctx, f, req.Size, fromLive, send)
+			return sendFile(ctx, f, req, fromLive, send)
 		}
 	}
 	name := cmroot.Name(req.Xxh64, req.Size)
@@ -66,7 +66,7 @@ func (s *Server) readFile(ctx context.Context, req *replpb.ReadFileRequest, send
 		want := journal.File{Path: rel, Size: req.Size, XXH64: req.Xxh64}
 		if moved, merr := s.moved.Moved(repl.WithEvent(ctx, req.AfterEvent), want); merr == nil {
 			defer moved.Close()
-			return sendFile(ctx, moved, req.Size, fromLive, send)
+			return sendFile(ctx, moved, req, fromLive, send)
 		}
 	}
 	if errors.Is(err, fs.ErrNotExist) {
@@ -82,7 +82,7 @@ func (s *Server) readFile(ctx context.Context, req *replpb.ReadFileRequest, send
 		return fmt.Errorf("cmroot entry %s: %w", name, err)
 	}
 	defer f.Close()
-	return sendFile(ctx, f, req.Size, fromCMRoot, send)
+	return sendFile(ctx, f, req, fromCMRoot, send)
 }
 
 // checkRequest validates req and returns its path, cleaned ("" for none).
@@ -199,14 +199,17 @@ func openEntry(p string) (*os.File, error) {
 	return f, nil
 }
 
-// sendFile streams up to size bytes of f, each chunk in a fresh buffer
+// sendFile streams up to req.Size bytes of f, each chunk in a fresh buffer
 // (gRPC may hold on to a sent message), then the last chunk with the
-// xxh64 of what was sent. A file that shrank under the read is sent as it
-// is: the checksum tells the client.
-func sendFile(ctx context.Context, f io.Reader, size int64, from string, send func(*replpb.Chunk) error) error {
-	h := xxhash.New()
+// xxh64 of what was sent (unless req.NoChecksum). A file that shrank under
+// the read is sent as it is: the checksum tells the client.
+func sendFile(ctx context.Context, f io.Reader, req *replpb.ReadFileRequest, from string, send func(*replpb.Chunk) error) error {
+	var h *xxhash.Digest
+	if !req.NoChecksum {
+		h = xxhash.New()
+	}
 	first := true
-	for left := size; left > 0; {
+	for left := req.Size; left > 0; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -214,7 +217,9 @@ func sendFile(ctx context.Context, f io.Reader, size int64, from string, send fu
 		n, err := io.ReadFull(f, buf)
 		left -= int64(n)
 		if n > 0 {
-			h.Write(buf[:n])
+			if h != nil {
+				h.Write(buf[:n])
+			}
 			c := &replpb.Chunk{Data: buf[:n]}
 			if first {
 				c.From, first = from, false
@@ -230,5 +235,9 @@ func sendFile(ctx context.Context, f io.Reader, size int64, from string, send fu
 			return fmt.Errorf("read %s file: %w", from, err)
 		}
 	}
-	return send(&replpb.Chunk{Eof: true, Xxh64: journal.FormatSum(h.Sum64()), From: from})
+	last := &replpb.Chunk{Eof: true, From: from}
+	if h != nil {
+		last.Xxh64 = journal.FormatSum(h.Sum64())
+	}
+	return send(last)
 }

@@ -48,7 +48,10 @@ type ReadFileRequest struct {
 	// content is neither at the path nor in cmroot (renames preserve
 	// nothing), the server looks for it under the names later RENAME and LINK
 	// events gave it. 0: don't.
-	AfterEvent    uint64 `protobuf:"varint,6,opt,name=after_event,json=afterEvent,proto3" json:"after_event,omitempty"`
+	AfterEvent uint64 `protobuf:"varint,6,opt,name=after_event,json=afterEvent,proto3" json:"after_event,omitempty"`
+	// no_checksum: the client checks what it receives itself, so the server
+	// does not hash what it sends, and the last chunk carries no xxh64.
+	NoChecksum    bool `protobuf:"varint,7,opt,name=no_checksum,json=noChecksum,proto3" json:"no_checksum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -123,6 +126,13 @@ func (x *ReadFileRequest) GetAfterEvent() uint64 {
 		return x.AfterEvent
 	}
 	return 0
+}
+
+func (x *ReadFileRequest) GetNoChecksum() bool {
+	if x != nil {
+		return x.NoChecksum
+	}
+	return false
 }
 
 // Chunk is a piece of the file. Every chunk but the last carries data
@@ -370,7 +380,7 @@ var File_repl_proto protoreflect.FileDescriptor
 const file_repl_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"repl.proto\x12\fcmfs.repl.v1\x1a\vevent.proto\"\xa5\x01\n" +
+	"repl.proto\x12\fcmfs.repl.v1\x1a\vevent.proto\"\xc6\x01\n" +
 	"\x0fReadFileRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x14\n" +
@@ -378,7 +388,9 @@ const file_repl_proto_rawDesc = "" +
 	"\x02cm\x18\x04 \x01(\tR\x02cm\x12#\n" +
 	"\rprefer_cmroot\x18\x05 \x01(\bR\fpreferCmroot\x12\x1f\n" +
 	"\vafter_event\x18\x06 \x01(\x04R\n" +
-	"afterEvent\"W\n" +
+	"afterEvent\x12\x1f\n" +
+	"\vno_checksum\x18\a \x01(\bR\n" +
+	"noChecksum\"W\n" +
 	"\x05Chunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
 	"\x03eof\x18\x02 \x01(\bR\x03eof\x12\x14\n" +
