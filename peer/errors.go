@@ -2,11 +2,13 @@ package peer
 
 import (
 	"errors"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/internal/rpcerr"
+	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 )
 
 // Errors of this package, on the server and, through status codes, on the
@@ -57,7 +59,34 @@ func fromStatus(err error) error { return errorCodes.FromStatus(err) }
 
 // retryable says whether a transfer that failed with err may succeed if
 // started again: it was cut off, or the target is still discarding the
-// last attempt.
+// last attempt. A peer that refused this node's certificate (or whose
+// certificate this node refused) will do so again.
 func retryable(err error) bool {
-	return errors.Is(err, ErrUnavailable) || errors.Is(err, container.ErrImporting)
+	return (errors.Is(err, ErrUnavailable) && !refusedTLS(err)) || errors.Is(err, container.ErrImporting)
+}
+
+// tlsRefusals are what a connection error says when a TLS handshake
+// failed on a certificate: the alerts a peer sends (Go's wording), and
+// this side's own verdicts. gRPC carries them as text only.
+var tlsRefusals = []string{
+	"remote error: tls: bad certificate",
+	"remote error: tls: unknown certificate",
+	"remote error: tls: certificate required",
+	"remote error: tls: unsupported certificate",
+	"remote error: tls: certificate revoked",
+	"remote error: tls: certificate expired",
+	"remote error: tls: access denied",
+	"tls: failed to verify certificate",
+	tlsconfig.ErrNotAllowed.Error(),
+}
+
+// refusedTLS says whether err is a handshake refused on a certificate.
+func refusedTLS(err error) bool {
+	msg := err.Error()
+	for _, r := range tlsRefusals {
+		if strings.Contains(msg, r) {
+			return true
+		}
+	}
+	return false
 }

@@ -191,6 +191,16 @@ func TestTLS(t *testing.T) {
 	if _, err := c.List(ctx); err != nil {
 		t.Errorf("the stranger at a node without allow-list: %v", err)
 	}
+	// A node the target's allow-list does not name cannot replicate to it.
+	// (The refusal is retried when the node sees a broken pipe rather than
+	// the alert, which TLS 1.3 lets happen.)
+	strangerNode := startNode(t, newFakeStore(), Config{TLS: files(stranger), Backoff: 10 * time.Millisecond}, WithTLS(clientTLS(files(admin))))
+	strangerNode.store.add(t, 9, 1000)
+	if _, err := strangerNode.c.Replicate(ctx, Task{Container: 9, Target: dst.addr}); err == nil {
+		t.Error("a node not on the target's allow-list replicated to it")
+	} else {
+		t.Log(err)
+	}
 	// With TLS a node serves any address.
 	srv, err := NewServer(newFakeStore(), Config{TLS: files(nodeA)})
 	if err != nil {

@@ -425,3 +425,23 @@ func TestInsecureRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestRetryable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("push: %w", ErrUnavailable), true},
+		{fmt.Errorf("import: %w", container.ErrImporting), true},
+		{fmt.Errorf("connection error: desc = \"error reading server preface: remote error: tls: certificate required\": %w", ErrUnavailable), false},
+		{fmt.Errorf("connection error: desc = \"transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority\": %w", ErrUnavailable), false},
+		{fmt.Errorf("remote error: tls: bad certificate: %w", ErrUnavailable), false},
+		{fmt.Errorf("handshake: peer certificate x is not on the allow-list: tls: peer not on the allow-list: %w", ErrUnavailable), false},
+		{fmt.Errorf("import: %w", container.ErrCorrupt), false},
+		{fmt.Errorf("import: %w", container.ErrExists), false},
+	} {
+		if got := retryable(tc.err); got != tc.want {
+			t.Errorf("retryable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
