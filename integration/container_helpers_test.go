@@ -35,6 +35,7 @@ type replNode struct {
 	name    string
 	volumes []string
 	extra   []string // further serve flags
+	client  []string // flags of the container commands run against it (TLS)
 	Addr    string   // host:port, known once started
 	Metrics string   // the metrics address, with --metrics
 	p       *proc
@@ -132,7 +133,7 @@ func (n *replNode) restart(t testing.TB) {
 // run runs `replicad container <sub> --server <node> args...`.
 func (n *replNode) run(t testing.TB, sub string, args ...string) result {
 	t.Helper()
-	return replicad(t, append([]string{"container", sub, "--server", n.Addr}, args...)...)
+	return replicad(t, append(append([]string{"container", sub, "--server", n.Addr}, n.client...), args...)...)
 }
 
 // must is run that must exit 0.

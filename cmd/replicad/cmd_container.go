@@ -74,14 +74,24 @@ func (o *containerOptions) dial(ctx context.Context) (*peer.Client, error) {
 	return peer.Dial(ctx, o.server, dopts...)
 }
 
-// nodeError says what failed on which node. A node this client cannot
+// nodeError says what failed on the node. A node this client cannot
 // reach is said so plainly, and so is a peer the node could not reach,
 // instead of in gRPC's words; what is "" for an error whose message names
 // the operation already (the node's own).
-func nodeError(what, addr string, err error) error {
+func (o *containerOptions) nodeError(what string, err error) error {
 	msg := grpcDial.ReplaceAllString(err.Error(), "cannot connect: $1")
+	msg = grpcConn.ReplaceAllString(msg, "cannot connect: $1")
 	if rest, ok := strings.CutPrefix(msg, "cannot connect: "); ok && errors.Is(err, peer.ErrUnavailable) {
-		msg = fmt.Sprintf("cannot reach %s: %s", addr, rest)
+		msg = fmt.Sprintf("cannot reach %s: %s", o.server, rest)
+		switch {
+		case strings.Contains(rest, "connection refused"):
+		case o.tls.config().Enabled():
+			// TLS 1.3 lets a refused client certificate show as a broken
+			// pipe or an EOF rather than the server's alert.
+			msg += " (the node may refuse this certificate: is it signed by the node's --tls-ca, named by its --tls-allow?)"
+		default:
+			msg += " (if the node serves TLS, give --tls-cert, --tls-key and --tls-ca)"
+		}
 	} else if msg == err.Error() {
 		if what == "" {
 			return err
@@ -94,8 +104,12 @@ func nodeError(what, addr string, err error) error {
 	return &wrapped{msg: msg, err: err}
 }
 
-// grpcDial matches gRPC's words for a connection that could not be made.
-var grpcDial = regexp.MustCompile(`connection error: desc = "(?:transport: )?(?:Error while dialing:? )?([^"]*)"`)
+// grpcDial matches gRPC's words for a connection that could not be made,
+// grpcConn a connection that broke as the first call went out.
+var (
+	grpcDial = regexp.MustCompile(`connection error: desc = "(?:transport: )?(?:Error while dialing:? )?([^"]*)"`)
+	grpcConn = regexp.MustCompile(`^(?:write|read) tcp \S+->\S+: (.*)$`)
+)
 
 // wrapped is an error with a message of its own.
 type wrapped struct {

@@ -33,7 +33,7 @@ func runContainerClose(ctx context.Context, g *globalOptions, opts *containerOpt
 	defer c.Close()
 	d, err := c.CloseContainer(ctx, id)
 	if err != nil {
-		return nodeError("", opts.server, err) // the node's message names the container
+		return opts.nodeError("", err) // the node's message names the container
 	}
 	fmt.Fprintln(g.stdout, summary(d))
 	return nil

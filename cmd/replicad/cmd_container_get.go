@@ -83,11 +83,11 @@ func runContainerGet(ctx context.Context, g *globalOptions, opts containerGetOpt
 		return fmt.Errorf("no block %s on %s", b, opts.server)
 	}
 	if err != nil {
-		return nodeError("get block "+args[0], opts.server, err)
+		return opts.nodeError("get block "+args[0], err)
 	}
 	defer rc.Close()
 	if _, err := io.Copy(w, rc); err != nil {
-		return nodeError("get block "+args[0], opts.server, err)
+		return opts.nodeError("get block "+args[0], err)
 	}
 	if tmp == nil {
 		return nil

@@ -43,7 +43,7 @@ func runContainerList(ctx context.Context, g *globalOptions, opts containerListO
 	defer c.Close()
 	ds, err := c.List(ctx)
 	if err != nil {
-		return nodeError("list containers", opts.server, err)
+		return opts.nodeError("list containers", err)
 	}
 	if opts.json {
 		for _, d := range ds {

@@ -77,7 +77,7 @@ func runContainerPut(ctx context.Context, g *globalOptions, opts containerPutOpt
 		id, b, err := c.Put(ctx, name, f)
 		f.Close()
 		if err != nil {
-			err = nodeError("put "+name, opts.server, err)
+			err = opts.nodeError("put "+name, err)
 			if i > 0 {
 				err = fmt.Errorf("%w (the %d files before it are in)", err, i)
 			}

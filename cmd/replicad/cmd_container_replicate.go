@@ -78,7 +78,7 @@ func runContainerReplicate(ctx context.Context, g *globalOptions, opts container
 	defer c.Close()
 	res, err := c.Replicate(ctx, peer.Task{Container: id, Target: opts.to, Mode: mode, Compression: comp, WaitScan: opts.waitScan})
 	if err != nil {
-		return nodeError("", opts.server, err) // the node's message names the container and the target
+		return opts.nodeError("", err) // the node's message names the container and the target
 	}
 	attempts := "1 attempt"
 	if res.Attempts != 1 {

@@ -38,7 +38,7 @@ func runContainerVerify(ctx context.Context, g *globalOptions, opts *containerOp
 	defer c.Close()
 	d, err := c.Verify(ctx, id)
 	if err != nil {
-		return nodeError("", opts.server, err) // the node's message names the container
+		return opts.nodeError("", err) // the node's message names the container
 	}
 	fmt.Fprintln(g.stdout, summary(d))
 	if d.State == container.Unhealthy {
