@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // What the container benchmark (bench/cmd/containerbench) needs besides
@@ -242,4 +244,29 @@ func (s *RSSSampler) Stop() (map[int]int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.peak, s.err
+}
+
+// DiskWritten returns the bytes written so far to the block device that
+// holds dir (sectors written, /sys/dev/block/MAJ:MIN/stat), by every
+// process and the kernel's writeback alike: compare two readings taken
+// around a run on an otherwise quiet disk.
+func DiskWritten(dir string) (int64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return 0, fmt.Errorf("stat %s: %w", dir, err)
+	}
+	path := fmt.Sprintf("/sys/dev/block/%d:%d/stat", unix.Major(st.Dev), unix.Minor(st.Dev))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 7 {
+		return 0, fmt.Errorf("%s: %d fields", path, len(f))
+	}
+	sectors, err := strconv.ParseInt(f[6], 10, 64) // always 512-byte units
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return sectors * 512, nil
 }

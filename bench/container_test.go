@@ -115,3 +115,21 @@ func TestProcStatusAndSampler(t *testing.T) {
 		}
 	}
 }
+
+func TestDiskWritten(t *testing.T) {
+	dir := t.TempDir()
+	before, err := DiskWritten(dir)
+	if err != nil {
+		t.Skipf("no block device statistics for %s: %v", dir, err)
+	}
+	if err := os.WriteFile(dir+"/f", make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(dir + "/f")
+	f.Sync()
+	f.Close()
+	after, err := DiskWritten(dir)
+	if err != nil || after < before {
+		t.Fatalf("before %d, after %d, %v", before, after, err)
+	}
+}

@@ -27,7 +27,8 @@ func (r *runner) pushRows(ctx context.Context) []*bench.ReplRow {
 	}
 	vsRsync := &bench.ReplRow{Name: "push " + what + ": the same runs", Unit: "MB/s", Higher: true, Baseline: "rsync -a (local), + syncfs"}
 	scanned := &bench.ReplRow{Name: "push " + what + ": until CLOSED at B (+ the scan of every block)", Unit: "MB/s", Higher: true, Baseline: tarBase}
-	rows := []*bench.ReplRow{vsTar, vsRsync, scanned}
+	disk := &bench.ReplRow{Name: "push " + what + ": bytes written to the disk per byte of data", Unit: "B/B", Baseline: tarBase}
+	rows := []*bench.ReplRow{vsTar, vsRsync, scanned, disk}
 	fail := func(err error) []*bench.ReplRow {
 		for _, row := range rows {
 			row.Fail(err)
@@ -68,8 +69,10 @@ func (r *runner) pushRows(ctx context.Context) []*bench.ReplRow {
 					return fail(err)
 				}
 				r.cold()
+				w := r.diskWritten()
 				start := time.Now()
 				took, _, err := r.replicate(ctx, a, b, d.ID, "")
+				written := w()
 				if err == nil {
 					err = waitScanned(ctx, b, d.ID, c.pushSize)
 				}
@@ -78,33 +81,27 @@ func (r *runner) pushRows(ctx context.Context) []*bench.ReplRow {
 				if err != nil {
 					return fail(err)
 				}
+				if written >= 0 {
+					disk.Add(float64(written) / float64(c.pushSize))
+				}
 				vsTar.Add(mbps(c.pushSize, took))
 				vsRsync.Add(mbps(c.pushSize, took))
 				scanned.Add(mbps(c.pushSize, all))
-				r.logf("[push] replicate run %d: %v (%.0f MB/s), CLOSED after %v", rep+1, took.Round(time.Millisecond), mbps(c.pushSize, took), all.Round(time.Millisecond))
+				r.logf("[push] replicate run %d: %v (%.0f MB/s), %s written to the disk, CLOSED after %v", rep+1, took.Round(time.Millisecond), mbps(c.pushSize, took), mibString(written), all.Round(time.Millisecond))
 			case 1:
-				dst := filepath.Join(dir, fmt.Sprintf("tar-%d", rep))
-				if err := os.Mkdir(dst, 0o755); err != nil {
-					return fail(err)
-				}
-				r.cold()
-				start := time.Now()
-				n, err := tarPipe(ctx, src, dst)
-				if err == nil {
-					err = durable.SyncFS(dst)
-				}
-				took := time.Since(start)
-				if err == nil && n < c.pushSize {
-					err = fmt.Errorf("tar moved %d bytes for %d of data", n, c.pushSize)
-				}
+				took, written, err := r.tarRun(ctx, src, filepath.Join(dir, fmt.Sprintf("tar-%d", rep)), c.pushSize)
 				if err != nil {
 					vsTar.FailBase(err)
 					scanned.FailBase(err)
+					disk.FailBase(err)
 					break
 				}
 				vsTar.AddBase(mbps(c.pushSize, took))
 				scanned.AddBase(mbps(c.pushSize, took))
-				r.logf("[push] tar | TCP | tar run %d: %v (%.0f MB/s)", rep+1, took.Round(time.Millisecond), mbps(c.pushSize, took))
+				if written >= 0 {
+					disk.AddBase(float64(written) / float64(c.pushSize))
+				}
+				r.logf("[push] tar | TCP | tar run %d: %v (%.0f MB/s), %s written to the disk", rep+1, took.Round(time.Millisecond), mbps(c.pushSize, took), mibString(written))
 			case 2:
 				if rsyncErr != nil {
 					break
@@ -129,6 +126,43 @@ func (r *runner) pushRows(ctx context.Context) []*bench.ReplRow {
 		}
 	}
 	return rows
+}
+
+// tarRun times tarPipe from src into a new directory dst and a syncfs of
+// it, cold, and returns how long it took and the bytes written to the disk
+// meanwhile (-1: unknown).
+func (r *runner) tarRun(ctx context.Context, src, dst string, size int64) (time.Duration, int64, error) {
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		return 0, -1, err
+	}
+	r.cold()
+	w := r.diskWritten()
+	start := time.Now()
+	n, err := tarPipe(ctx, src, dst)
+	if err == nil {
+		err = durable.SyncFS(dst)
+	}
+	took := time.Since(start)
+	if err == nil && n < size {
+		err = fmt.Errorf("tar moved %d bytes for %d of data", n, size)
+	}
+	return took, w(), err
+}
+
+// diskWritten starts counting what is written to the work directory's
+// disk (by anyone); the function returned tells how much so far, or -1.
+func (r *runner) diskWritten() func() int64 {
+	before, err := bench.DiskWritten(r.dir)
+	if err != nil {
+		return func() int64 { return -1 }
+	}
+	return func() int64 {
+		after, err := bench.DiskWritten(r.dir)
+		if err != nil {
+			return -1
+		}
+		return after - before
+	}
 }
 
 // tarPipe runs `tar -C src -cf - .` into `tar -C dst -xf -` through a
@@ -288,8 +322,11 @@ func (r *runner) rssRows(ctx context.Context) []*bench.ReplRow {
 	target := bench.ReplTarget{MaxValue: float64(c.rssLimit) / mib, Text: fmt.Sprintf("≤ %s", bench.Size(c.rssLimit))}
 	srcRow := &bench.ReplRow{Name: "peak RSS of the source's replicad serve " + what, Unit: "MiB", Target: target}
 	dstRow := &bench.ReplRow{Name: "peak RSS of the target's replicad serve " + what, Unit: "MiB", Target: target}
-	speed := &bench.ReplRow{Name: fmt.Sprintf("push %s container (%d files, incompressible, cold), as watched", bench.Size(c.rssSize), c.rssFiles), Unit: "MB/s", Higher: true}
-	rows := []*bench.ReplRow{srcRow, dstRow, speed}
+	pushed := fmt.Sprintf("push %s container (%d files, incompressible, cold)", bench.Size(c.rssSize), c.rssFiles)
+	tarBase := "tar c | loopback TCP | tar x, + syncfs"
+	speed := &bench.ReplRow{Name: pushed + ", as watched", Unit: "MB/s", Higher: true, Baseline: tarBase}
+	disk := &bench.ReplRow{Name: pushed + ": bytes written to the disk per byte of data", Unit: "B/B", Baseline: tarBase}
+	rows := []*bench.ReplRow{srcRow, dstRow, speed, disk}
 	fail := func(err error) []*bench.ReplRow {
 		for _, row := range rows {
 			row.Fail(err)
@@ -316,6 +353,25 @@ func (r *runner) rssRows(ctx context.Context) []*bench.ReplRow {
 		if ctx.Err() != nil {
 			return rows
 		}
+		// The tar baseline of the speed, before or after, by turns.
+		tarRun := func() {
+			dst := filepath.Join(dir, fmt.Sprintf("tar-%d", rep))
+			took, written, err := r.tarRun(ctx, filepath.Join(dir, "src"), dst, c.rssSize)
+			os.RemoveAll(dst)
+			if err != nil {
+				speed.FailBase(err)
+				disk.FailBase(err)
+				return
+			}
+			speed.AddBase(mbps(c.rssSize, took))
+			if written >= 0 {
+				disk.AddBase(float64(written) / float64(c.rssSize))
+			}
+			r.logf("[rss] tar | TCP | tar run %d: %v (%.0f MB/s), %s written to the disk", rep+1, took.Round(time.Millisecond), mbps(c.rssSize, took), mibString(written))
+		}
+		if rep%2 == 1 {
+			tarRun()
+		}
 		b, err := r.serve(ctx, fmt.Sprintf("B%d", rep), filepath.Join(dir, fmt.Sprintf("b-%d", rep)))
 		if err != nil {
 			return fail(err)
@@ -326,7 +382,9 @@ func (r *runner) rssRows(ctx context.Context) []*bench.ReplRow {
 		// The source's peak so far is the put's: start afresh.
 		hwmOK := bench.ResetPeakRSS(a.pid()) == nil && bench.ResetPeakRSS(b.pid()) == nil
 		sampler := bench.SampleRSS([]int{a.pid(), b.pid()}, 50*time.Millisecond)
+		w := r.diskWritten()
 		took, _, err := r.replicate(ctx, a, b, d.ID, "")
+		written := w()
 		if err == nil {
 			err = waitScanned(ctx, b, d.ID, c.rssSize)
 		}
@@ -350,6 +408,9 @@ func (r *runner) rssRows(ctx context.Context) []*bench.ReplRow {
 		srcRow.Add(float64(peakA) / mib)
 		dstRow.Add(float64(peakB) / mib)
 		speed.Add(mbps(c.rssSize, took))
+		if written >= 0 {
+			disk.Add(float64(written) / float64(c.rssSize))
+		}
 		if rep == 0 {
 			how := "VmHWM reset through clear_refs, and VmRSS every 50 ms"
 			if !hwmOK {
@@ -357,7 +418,19 @@ func (r *runner) rssRows(ctx context.Context) []*bench.ReplRow {
 			}
 			r.notes = append(r.notes, fmt.Sprintf("peak RSS: %s; idle before the push: source %.0f MiB, target %.0f MiB", how, float64(idleA)/mib, float64(idleB)/mib))
 		}
-		r.logf("[rss] run %d: %v (%.0f MB/s); peak RSS source %.0f MiB, target %.0f MiB", rep+1, took.Round(time.Millisecond), mbps(c.rssSize, took), float64(peakA)/mib, float64(peakB)/mib)
+		r.logf("[rss] replicate run %d: %v (%.0f MB/s), %s written to the disk; peak RSS source %.0f MiB, target %.0f MiB",
+			rep+1, took.Round(time.Millisecond), mbps(c.rssSize, took), mibString(written), float64(peakA)/mib, float64(peakB)/mib)
+		if rep%2 == 0 {
+			tarRun()
+		}
 	}
 	return rows
+}
+
+// mibString shows a byte count in MiB; -1 is unknown.
+func mibString(n int64) string {
+	if n < 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20))
 }
