@@ -133,6 +133,12 @@ func TestIngest(t *testing.T) {
 	if s := n.p.stderrNow(); strings.Contains(s, "skipped") {
 		t.Errorf("serve skipped content: %s", s)
 	}
+
+	// The same listener serves the warehouse's files and journal.
+	d := replDump(t, m.State, t.TempDir())
+	target := filepath.Join(t.TempDir(), "target")
+	replLoad(t, d.Dump, target, fetchFrom{Addr: n.Addr})
+	checkTarget(t, "a load through the node's listener", target, sourceTree(t, m))
 	n.stop(t)
 }
 
