@@ -58,10 +58,28 @@ func parseBytes(s string) (int64, error) {
 }
 
 // ByteSize is a flag value (pflag.Value) of a byte count in ParseBytes's
-// notation; it prints as the plain number.
+// notation; it prints in the largest binary unit that holds it exactly
+// ("5GiB", "1536KiB", "1000").
 type ByteSize int64
 
-func (b *ByteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+func (b *ByteSize) String() string { return FormatBytes(int64(*b)) }
+
+// FormatBytes writes n as ParseBytes reads it, in the largest binary unit
+// that holds it exactly.
+func FormatBytes(n int64) string {
+	if n == 0 {
+		return "0"
+	}
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
 
 func (b *ByteSize) Set(s string) error {
 	n, err := parseBytes(s)
@@ -75,7 +93,12 @@ func (b *ByteSize) Type() string { return "size" }
 // size, optionally followed by "/s" ("64MiB/s").
 type ByteRate int64
 
-func (r *ByteRate) String() string { return strconv.FormatInt(int64(*r), 10) }
+func (r *ByteRate) String() string {
+	if *r == 0 {
+		return "0"
+	}
+	return FormatBytes(int64(*r)) + "/s"
+}
 
 func (r *ByteRate) Set(s string) error {
 	n, err := parseBytes(strings.TrimSuffix(strings.TrimSpace(s), "/s"))

@@ -56,3 +56,14 @@ func TestByteRate(t *testing.T) {
 		t.Error("Set(fast): no error")
 	}
 }
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0", 1000: "1000", 1024: "1KiB", 1536 << 10: "1536KiB", 5 << 30: "5GiB", 3 << 40: "3TiB", 64<<20 + 1: "67108865"} {
+		if got := FormatBytes(n); got != want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
+		}
+		if back, err := ParseBytes(FormatBytes(n)); err != nil || back != n {
+			t.Errorf("ParseBytes(FormatBytes(%d)) = %d, %v", n, back, err)
+		}
+	}
+}
