@@ -357,3 +357,43 @@ func TestContainerTLS(t *testing.T) {
 	}
 	checkClean(t, b.Volume(), ids...)
 }
+
+// TestLoadOverTLS loads a dump from a node that serves the warehouse
+// (--state) with mutual TLS: `replicad load --source` with a client
+// certificate of the node's CA works; without TLS, or with a certificate
+// of another CA, it is refused and the target is left as it was.
+func TestLoadOverTLS(t *testing.T) {
+	m := mount(t)
+	for _, d := range []string{"s.db", "s.db/t", "s.db/t/p=1"} {
+		if err := os.Mkdir(m.path(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		writeFile(t, m.path(fmt.Sprintf("s.db/t/p=1/part-%d", i)), bytes.Repeat([]byte{byte('a' + i)}, 100_000+i))
+	}
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "cmfs-test-ca")
+	rogueCA := tlstest.NewCA(t, "rogue-ca")
+	caFile := ca.WriteCert(t, dir)
+	n := startNode(t, "src", append(tlsFlags(ca.Issue(t, dir, "src"), caFile), "--state", m.State)...)
+	d := replDump(t, m.State, t.TempDir())
+	target := filepath.Join(t.TempDir(), "target")
+	load := func(flags ...string) result {
+		return replicad(t, append(loadArgs(d.Dump, target, fetchFrom{Addr: n.Addr}), flags...)...)
+	}
+	expectReplicadRefusal(t, []string{"load", "--source", n.Addr, "(no TLS)"}, load())
+	// The intruder trusts both CAs, so that it gets as far as the node.
+	both := filepath.Join(dir, "both.pem")
+	writeFile(t, both, append(readFile(t, caFile), readFile(t, rogueCA.WriteCert(t, dir))...))
+	expectReplicadRefusal(t, []string{"load", "--source", n.Addr, "(certificate of another CA)"},
+		load(tlsFlags(rogueCA.Issue(t, dir, "intruder"), both)...))
+	if st := statusOf(t, target); st.LastReplID != 0 {
+		t.Fatalf("a refused load advanced the target to %d", st.LastReplID)
+	}
+	if res := load(tlsFlags(ca.Issue(t, dir, "replica"), caFile)...); res.Code != 0 {
+		t.Fatalf("load over mTLS: %v", res)
+	}
+	checkTarget(t, "a load over mutual TLS", target, sourceTree(t, m))
+	n.stop(t)
+}

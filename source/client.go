@@ -1,6 +1,7 @@
 package source
 
 import (
+	"crypto/tls"
 	"github.com/cmfs-project/cmfs/repl"
 
 	"bytes"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 
@@ -33,6 +35,7 @@ type Client struct {
 	spoolDir    string
 	spoolMemory int64
 	streaming   bool
+	tls         *tls.Config
 
 	bytes   atomic.Int64
 	files   atomic.Int64
@@ -56,17 +59,29 @@ func WithSpoolDir(dir string) Option { return func(c *Client) { c.spoolDir = dir
 // file changed, or a corrupt cmroot entry.
 func WithStreaming() Option { return func(c *Client) { c.streaming = true } }
 
+// WithTLS makes Dial connect with TLS (internal/tlsconfig.Client: mutual
+// TLS 1.3), to any address, as to a `replicad serve --volume` node with
+// --tls-* flags.
+func WithTLS(cfg *tls.Config) Option { return func(c *Client) { c.tls = cfg } }
+
 // Dial returns a client for the Source service at addr, which must be a
-// loopback address (no TLS yet). It does not wait for the connection:
-// an unreachable server shows at the first call.
+// loopback address unless WithTLS is given. It does not wait for the
+// connection: an unreachable server shows at the first call.
 //
-// Errors: ErrInsecure (wrapped) for a non-loopback address.
+// Errors: ErrInsecure (wrapped) for a non-loopback address without TLS.
 func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
-	if err := checkLoopback(ctx, "connect to", addr); err != nil {
+	c := &Client{spoolMemory: spoolMemory}
+	for _, o := range opts {
+		o(c)
+	}
+	creds := insecure.NewCredentials()
+	if c.tls != nil {
+		creds = credentials.NewTLS(c.tls)
+	} else if err := checkLoopback(ctx, "connect to", addr); err != nil {
 		return nil, err
 	}
 	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		// An event of an rm -r names every file it preserved.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)),
 		grpc.WithInitialWindowSize(streamWindow), grpc.WithInitialConnWindowSize(connWindow),
@@ -75,10 +90,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	c := &Client{conn: conn, rpc: replpb.NewSourceClient(conn), spoolMemory: spoolMemory}
-	for _, o := range opts {
-		o(c)
-	}
+	c.conn, c.rpc = conn, replpb.NewSourceClient(conn)
 	return c, nil
 }
 

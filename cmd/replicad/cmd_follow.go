@@ -23,6 +23,7 @@ type followOptions struct {
 	target   string
 	interval time.Duration
 	metrics  string
+	tls      tlsFlags
 }
 
 func newFollowCmd(g *globalOptions) *cobra.Command {
@@ -62,6 +63,7 @@ applied; exit 0.`,
 	f.StringVar(&opts.target, "target", "", "the destination warehouse `DIR`")
 	f.DurationVar(&opts.interval, "interval", time.Second, "poll the source at least this often")
 	f.StringVar(&opts.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (default: off)")
+	opts.tls.register(f, "client")
 	return cmd
 }
 
@@ -104,7 +106,7 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	}
 	defer os.RemoveAll(work)
 
-	client, err := source.Dial(ctx, opts.source, source.WithStreaming()) // the load stages and verifies
+	client, err := dialSource(ctx, opts.source, opts.tls)
 	if err != nil {
 		return err
 	}

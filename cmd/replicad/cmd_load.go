@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cmfs-project/cmfs/repl"
-	"github.com/cmfs-project/cmfs/source"
 )
 
 type loadOptions struct {
@@ -20,6 +19,7 @@ type loadOptions struct {
 	source      string
 	sourceState string
 	json        bool
+	tls         tlsFlags
 }
 
 func newLoadCmd(g *globalOptions) *cobra.Command {
@@ -34,8 +34,10 @@ before it becomes visible; after each event the target records it durably
 in TARGET/.replstate, so loading a dump twice is a no-op and a failed load
 continues where it stopped when rerun.
 
-Files come from a 'replicad serve' at --source ADDR, or, on the source's
-machine, straight from the mount whose state directory is --source-state.
+Files come from a 'replicad serve' at --source ADDR (with --tls-cert,
+--tls-key and --tls-ca for a node that serves mutual TLS), or, on the
+source's machine, straight from the mount whose state directory is
+--source-state.
 
 Prints what was applied; --json prints one object with keys from, to,
 applied (events), files, bytes (and missing, when files inside a
@@ -54,6 +56,7 @@ bar is drawn on stderr.`,
 	f.StringVar(&opts.source, "source", "", "`ADDR` of the source's 'replicad serve'")
 	f.StringVar(&opts.sourceState, "source-state", "", "state `DIR` of the source mount, on this machine")
 	f.BoolVar(&opts.json, "json", false, "print one JSON object")
+	opts.tls.register(f, "client")
 	return cmd
 }
 
@@ -92,7 +95,7 @@ func runLoad(ctx context.Context, g *globalOptions, opts loadOptions, _ []string
 
 	var fetch repl.Fetcher
 	if opts.source != "" {
-		c, err := source.Dial(ctx, opts.source, source.WithStreaming()) // the load stages and verifies
+		c, err := dialSource(ctx, opts.source, opts.tls)
 		if err != nil {
 			return err
 		}

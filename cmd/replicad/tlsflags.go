@@ -1,6 +1,11 @@
 package main
 
-import "github.com/cmfs-project/cmfs/internal/tlsconfig"
+import (
+	"context"
+
+	"github.com/cmfs-project/cmfs/internal/tlsconfig"
+	"github.com/cmfs-project/cmfs/source"
+)
 
 // tlsFlags are the mTLS flags serve and the container commands share.
 type tlsFlags struct {
@@ -25,4 +30,19 @@ func (t *tlsFlags) register(f flagSet, role string) {
 
 func (t tlsFlags) config() tlsconfig.Config {
 	return tlsconfig.Config{Cert: t.cert, Key: t.key, CA: t.ca, Allow: t.allow}
+}
+
+// dialSource connects load and follow to a Source service, with mutual
+// TLS when the flags ask for it. Fetches stream through: the load stages
+// and verifies every file itself.
+func dialSource(ctx context.Context, addr string, t tlsFlags) (*source.Client, error) {
+	opts := []source.Option{source.WithStreaming()}
+	if tc := t.config(); tc.Enabled() {
+		cfg, err := tlsconfig.Client(tc)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, source.WithTLS(cfg))
+	}
+	return source.Dial(ctx, addr, opts...)
 }
