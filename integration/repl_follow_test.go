@@ -2,8 +2,11 @@ package integration
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 )
@@ -21,7 +24,7 @@ func TestReplFollow(t *testing.T) {
 	}
 	srv := serve(t, m.State)
 	target := filepath.Join(t.TempDir(), "target")
-	follow := startProc(t, replicadPath(t), "follow", "--source", srv.Addr, "--target", target, "--interval", "100ms")
+	follow := startProc(t, replicadPath(t), "follow", "--source", srv.Addr, "--target", target, "--interval", "100ms", "--metrics", "127.0.0.1:0")
 
 	// catchUp waits until the target equals the source as it is now.
 	catchUp := func(what string) {
@@ -71,4 +74,33 @@ func TestReplFollow(t *testing.T) {
 	}
 	writeFile(t, m.path("w.db/t/p=3/part-20"), []byte("in a partition added last\n"))
 	catchUp("after 20 files")
+
+	// The metrics say where the target is, and saw every event's lag.
+	b, _ := os.ReadFile(follow.stdout)
+	addr := regexp.MustCompile(`metrics on http://(\S+)/metrics`).FindStringSubmatch(string(b))
+	if addr == nil {
+		t.Fatalf("follow did not say where its metrics are: %q", b)
+	}
+	resp, err := http.Get("http://" + addr[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metric := func(name string) string {
+		m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(string(body))
+		if m == nil {
+			t.Fatalf("/metrics has no %s:\n%s", name, body)
+		}
+		return m[1]
+	}
+	if got, want := metric("replicad_follow_target_last_id"), fmt.Sprint(lastEventID(t, m.State)); got != want {
+		t.Errorf("replicad_follow_target_last_id %s, want %s", got, want)
+	}
+	if n := metric("replicad_follow_lag_seconds_count"); n == "0" || n != metric("replicad_follow_events_applied_total") {
+		t.Errorf("lag observed for %s events, %s applied: want every applied event, at least one", n, metric("replicad_follow_events_applied_total"))
+	}
 }

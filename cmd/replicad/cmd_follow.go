@@ -127,7 +127,7 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 			return fmt.Errorf("metrics: listen %s: %w", opts.metrics, unwrapOp(err))
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", f.m)
+		mux.Handle("/metrics", f.m.handler())
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		wg.Add(1)
 		go func() {

@@ -1,21 +1,21 @@
 package main
 
 import (
-	"fmt"
-	"io"
-	"math"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // lagBuckets are the upper bounds (seconds) of the follow lag histogram.
 var lagBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
-// metrics is what follow exposes, in the Prometheus text exposition
-// format (version 0.0.4). A handful of series does not need a client
-// library: this keeps the module's dependencies to what it already has.
+// metrics is what follow exposes to Prometheus: its values live here,
+// under one lock, so that the progress line and a scrape read the same
+// snapshot; Collect hands them to the client library.
 type metrics struct {
 	mu sync.Mutex
 	v  metricValues
@@ -71,37 +71,51 @@ func (m *metrics) snapshot() metricValues {
 	return c
 }
 
-// ServeHTTP writes the metrics in the Prometheus text format.
-func (m *metrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	m.write(w)
+// handler serves the metrics at /metrics, through the Prometheus client
+// library (with the Go runtime's and the process's own).
+func (m *metrics) handler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }
 
-func (m *metrics) write(w io.Writer) {
-	s := m.snapshot()
-	metric := func(name, typ, help string, v float64) {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %s\n", name, help, name, typ, name, num(v))
+var (
+	descApplied    = prometheus.NewDesc("replicad_follow_events_applied_total", "Events applied to the target.", nil, nil)
+	descFiles      = prometheus.NewDesc("replicad_follow_files_total", "Files fetched and placed at the target.", nil, nil)
+	descBytes      = prometheus.NewDesc("replicad_follow_bytes_total", "Bytes of content placed at the target.", nil, nil)
+	descErrors     = prometheus.NewDesc("replicad_follow_errors_total", "Rounds that failed and were retried.", nil, nil)
+	descTargetLast = prometheus.NewDesc("replicad_follow_target_last_id", "Last event id applied at the target.", nil, nil)
+	descSourceLast = prometheus.NewDesc("replicad_follow_source_last_id", "Newest event id at the source, when last asked.", nil, nil)
+	descLastLag    = prometheus.NewDesc("replicad_follow_lag_last_seconds", "Lag of the last event applied: from its time at the source to applied at the target.", nil, nil)
+	descLag        = prometheus.NewDesc("replicad_follow_lag_seconds", "Lag from an event's time at the source to its being applied at the target.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descApplied, descFiles, descBytes, descErrors, descTargetLast, descSourceLast, descLastLag, descLag} {
+		ch <- d
 	}
-	metric("replicad_follow_events_applied_total", "counter", "Events applied to the target.", float64(s.applied))
-	metric("replicad_follow_files_total", "counter", "Files fetched and placed at the target.", float64(s.files))
-	metric("replicad_follow_bytes_total", "counter", "Bytes of content placed at the target.", float64(s.bytes))
-	metric("replicad_follow_errors_total", "counter", "Rounds that failed and were retried.", float64(s.errors))
-	metric("replicad_follow_target_last_id", "gauge", "Last event id applied at the target.", float64(s.targetLast))
-	metric("replicad_follow_source_last_id", "gauge", "Newest event id at the source, when last asked.", float64(s.sourceLast))
-	metric("replicad_follow_lag_last_seconds", "gauge", "Lag of the last event applied: from its time at the source to applied at the target.", s.lastLag)
-	const h = "replicad_follow_lag_seconds"
-	fmt.Fprintf(w, "# HELP %s Lag from an event's time at the source to its being applied at the target.\n# TYPE %s histogram\n", h, h)
+}
+
+// Collect implements prometheus.Collector: one consistent snapshot.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	s := m.snapshot()
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	counter(descApplied, float64(s.applied))
+	counter(descFiles, float64(s.files))
+	counter(descBytes, float64(s.bytes))
+	counter(descErrors, float64(s.errors))
+	gauge(descTargetLast, float64(s.targetLast))
+	gauge(descSourceLast, float64(s.sourceLast))
+	gauge(descLastLag, s.lastLag)
+	buckets := make(map[float64]uint64, len(lagBuckets))
 	var cum uint64
 	for i, le := range lagBuckets {
 		cum += s.lagCounts[i]
-		fmt.Fprintf(w, "%s_bucket{le=%q} %d\n", h, num(le), cum)
+		buckets[le] = cum
 	}
-	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n%s_sum %s\n%s_count %d\n", h, s.lagCount, h, num(s.lagSum), h, s.lagCount)
-}
-
-func num(v float64) string {
-	if math.IsInf(v, 1) {
-		return "+Inf"
-	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
+	ch <- prometheus.MustNewConstHistogram(descLag, s.lagCount, s.lagSum, buckets)
 }
