@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/schollz/progressbar/v3"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,73 +21,53 @@ func isTerminal(w io.Writer) bool {
 	return err == nil
 }
 
-// bar draws a load's progress on one terminal line: a bar over events
-// (when their number is known), bytes and rate. It implements
-// repl.Progress; redraws are limited to ten a second.
+// bar draws a load's progress on one terminal line with
+// schollz/progressbar: a bar over events (a spinner when their number is
+// unknown), with the bytes staged and their rate in the description. It
+// implements repl.Progress; redraws are limited to ten a second.
 type bar struct {
+	pb    *progressbar.ProgressBar
 	w     io.Writer
 	label string
-	total uint64 // events expected; 0: unknown
-
-	mu     sync.Mutex
-	events uint64
-	bytes  int64
-	start  time.Time
-	drawn  time.Time
-	width  int // of the last line drawn, to blank it out
+	start time.Time
+	bytes atomic.Int64
 }
 
 func newBar(w io.Writer, label string, total uint64) *bar {
-	return &bar{w: w, label: label, total: total, start: time.Now()}
+	max := int64(total)
+	if total == 0 {
+		max = -1 // unknown: a spinner
+	}
+	pb := progressbar.NewOptions64(max,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(label),
+		progressbar.OptionSetItsString("events"),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(100*time.Millisecond),
+	)
+	return &bar{pb: pb, w: w, label: label, start: time.Now()}
 }
 
 // Event implements repl.Progress.
-func (b *bar) Event(uint64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.events++
-	b.draw(false)
-}
+func (b *bar) Event(uint64) { b.pb.Add64(1) }
 
-// Bytes implements repl.Progress.
+// Bytes implements repl.Progress: called from the goroutines that fetch.
 func (b *bar) Bytes(n int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.bytes += n
-	b.draw(false)
+	total := b.bytes.Add(n)
+	desc := b.label + ", " + shortBytes(total)
+	if d := time.Since(b.start).Seconds(); d > 0.5 {
+		desc += ", " + shortBytes(int64(float64(total)/d)) + "/s"
+	}
+	b.pb.Describe(desc)
 }
 
-// Done draws the final state and ends the line.
+// Done ends the line, leaving the last state drawn.
 func (b *bar) Done() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.draw(true)
+	if !b.pb.IsFinished() {
+		b.pb.Exit()
+	}
 	fmt.Fprintln(b.w)
-}
-
-func (b *bar) draw(force bool) {
-	now := time.Now()
-	if !force && now.Sub(b.drawn) < 100*time.Millisecond {
-		return
-	}
-	b.drawn = now
-	var s strings.Builder
-	s.WriteString(b.label)
-	if b.total > 0 {
-		const cells = 30
-		n := min(int(b.events*cells/b.total), cells)
-		fmt.Fprintf(&s, " [%s%s] %d/%d events", strings.Repeat("=", n), strings.Repeat(" ", cells-n), b.events, b.total)
-	} else {
-		fmt.Fprintf(&s, " %d events", b.events)
-	}
-	fmt.Fprintf(&s, ", %s", shortBytes(b.bytes))
-	if d := now.Sub(b.start).Seconds(); d > 0.5 {
-		fmt.Fprintf(&s, ", %s/s", shortBytes(int64(float64(b.bytes)/d)))
-	}
-	line := s.String()
-	pad := max(b.width-len(line), 0)
-	b.width = len(line)
-	fmt.Fprintf(b.w, "\r%s%s", line, strings.Repeat(" ", pad))
 }
 
 // shortBytes prints a byte count in binary units, for progress lines.
