@@ -40,7 +40,9 @@ const maxChecksumFile = 64
 //  3. copy r into <volume>/tmp/container-copy/<id>.tar[.gz|.sz|.lz4|.zst],
 //     growing the reservation if the tarball outgrows it (ErrNoSpace if
 //     the volume has no more room; ErrHostile beyond twice the first
-//     reservation);
+//     reservation); steps 4 and 5 read the tarball as it is written,
+//     right behind, and what they have read is punched out of it (see
+//     tail);
 //  4. check the first entry is container.yaml with a valid checksum
 //     (ErrCorrupt), for container id, CLOSED or UNHEALTHY, and at most
 //     size bytes of data (ErrHostile); grow the reservation if its
@@ -78,7 +80,8 @@ func (s *Store) importTar(ctx context.Context, id uint64, size int64, comp Compr
 		return Descriptor{}, fmt.Errorf("bad id %d or size %d", id, size)
 	}
 	need := size + importSlack(size)
-	im := &importer{s: s, id: id, size: size, comp: comp, res: 2 * need, maxTar: 4 * need, buf: make([]byte, copyBufSize)}
+	im := &importer{s: s, id: id, size: size, comp: comp, res: 2 * need, maxTar: 4 * need,
+		buf: make([]byte, copyBufSize), rbuf: make([]byte, copyBufSize)}
 
 	s.mu.Lock()
 	switch {
@@ -130,11 +133,15 @@ type importer struct {
 	// honest one only nears when its index outweighs its data (blocks of
 	// a few bytes each) and the caller gave Bytes as the size.
 	maxTar int64
-	buf    []byte
+	// unpacking is what extraction may write, by the verified
+	// descriptor (Store.mu); 0 before.
+	unpacking int64
+	buf       []byte // the extraction's
+	rbuf      []byte // the receiver's
 
 	tarPath string
 	tarFile *os.File
-	raw     *os.File // the tarball, when entries can be copied from it directly (None)
+	raw     *tail // the tarball, when entries can be copied from it directly (None)
 	tmpDir  string
 	placed  bool
 
@@ -168,55 +175,28 @@ func (im *importer) run(ctx context.Context, r io.Reader) (Descriptor, error) {
 		return Descriptor{}, err
 	}
 	im.tarFile = f
-	n, err := im.receive(ctx, r)
+	// The receiver writes the tarball; unpack reads it right behind.
+	t := newTail(f)
+	received := make(chan struct{})
+	go func() {
+		defer close(received)
+		t.finish(im.receive(ctx, r, t))
+	}()
+	root, err := im.unpack(ctx, t)
+	if root != nil {
+		defer root.Close()
+	}
+	// On an error the receiver reads r to its end without writing: Import
+	// returns when r does.
+	t.drop()
+	<-received
+	// A stream that failed (cut off, too long, cancelled) is the reason,
+	// whatever the extraction made of it: as when it was received first.
+	if rerr := t.failure(); rerr != nil {
+		return Descriptor{}, rerr
+	}
 	if err != nil {
 		return Descriptor{}, err
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return Descriptor{}, err
-	}
-	var zr io.ReadCloser
-	var tr *tar.Reader
-	if im.comp == None {
-		// The tar reader on the file itself: it skips entry data by
-		// seeking, and copyEntry copies that data file to file in the
-		// kernel (copy_file_range; a reflink where the filesystem can).
-		zr, tr, im.raw = io.NopCloser(f), tar.NewReader(f), f
-	} else {
-		zr, err = im.comp.newReader(bufio.NewReaderSize(f, copyBufSize))
-		if err != nil {
-			return Descriptor{}, fmt.Errorf("decompress %s: %v: %w", im.comp, err, ErrCorrupt)
-		}
-		defer zr.Close()
-		tr = tar.NewReader(bufferedReader(zr))
-	}
-	if err := im.readDescriptor(tr); err != nil {
-		return Descriptor{}, err
-	}
-	// What unpacking may write, by the now verified descriptor.
-	limit := im.desc.Bytes + im.desc.MetadataBytes + maxChecksumFile
-	if err := im.grow(n + limit); err != nil {
-		return Descriptor{}, err
-	}
-	if im.tmpDir, err = os.MkdirTemp(v.path(extractDir), strconv.FormatUint(im.id, 10)+"-"); err != nil {
-		return Descriptor{}, err
-	}
-	root, err := os.OpenRoot(im.tmpDir)
-	if err != nil {
-		return Descriptor{}, err
-	}
-	defer root.Close()
-	if err := im.extract(ctx, tr, root); err != nil {
-		return Descriptor{}, err
-	}
-	// The tar ends before the compressed stream does: read that to its
-	// end too, or gzip's, lz4's and zstd's trailing checksums would never
-	// be checked.
-	if n, err := io.CopyN(io.Discard, zr, maxTrailer+1); err != io.EOF {
-		if err != nil {
-			return Descriptor{}, fmt.Errorf("tarball end: %v: %w", err, ErrCorrupt)
-		}
-		return Descriptor{}, fmt.Errorf("more than %d bytes after the tar's end (%d): %w", maxTrailer, n, ErrHostile)
 	}
 	d := im.desc
 	d.State, d.Reason = Recovering, ""
@@ -259,6 +239,65 @@ func (im *importer) run(ctx context.Context, r io.Reader) (Descriptor, error) {
 	return d, nil
 }
 
+// unpack checks the descriptor and extracts the tarball t delivers into
+// a new directory under <volume>/tmp/container-extract (im.tmpDir), and
+// reads the compressed stream to its end. It returns the directory as
+// an os.Root, for the caller to close.
+func (im *importer) unpack(ctx context.Context, t *tail) (*os.Root, error) {
+	root, err := im.unpackTo(ctx, t)
+	if err != nil && root != nil {
+		root.Close()
+		root = nil
+	}
+	return root, err
+}
+
+func (im *importer) unpackTo(ctx context.Context, t *tail) (*os.Root, error) {
+	var zr io.ReadCloser
+	var tr *tar.Reader
+	var err error
+	if im.comp == None {
+		// The tar reader on the tarball itself: it skips entry data by
+		// seeking, and copyRange copies that data file to file in the
+		// kernel (copy_file_range; a reflink where the filesystem can).
+		zr, tr, im.raw = io.NopCloser(t), tar.NewReader(t), t
+	} else {
+		zr, err = im.comp.newReader(bufio.NewReaderSize(t, copyBufSize))
+		if err != nil {
+			return nil, fmt.Errorf("decompress %s: %v: %w", im.comp, err, ErrCorrupt)
+		}
+		defer zr.Close()
+		tr = tar.NewReader(bufferedReader(zr))
+	}
+	if err := im.readDescriptor(tr); err != nil {
+		return nil, err
+	}
+	// What unpacking may write, by the now verified descriptor.
+	if err := im.expect(t, im.desc.Bytes+im.desc.MetadataBytes+maxChecksumFile); err != nil {
+		return nil, err
+	}
+	if im.tmpDir, err = os.MkdirTemp(im.v.path(extractDir), strconv.FormatUint(im.id, 10)+"-"); err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(im.tmpDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := im.extract(ctx, tr, root); err != nil {
+		return root, err
+	}
+	// The tar ends before the compressed stream does: read that to its
+	// end too, or gzip's, lz4's and zstd's trailing checksums would never
+	// be checked.
+	if n, err := io.CopyN(io.Discard, zr, maxTrailer+1); err != io.EOF {
+		if err != nil {
+			return root, fmt.Errorf("tarball end: %v: %w", err, ErrCorrupt)
+		}
+		return root, fmt.Errorf("more than %d bytes after the tar's end (%d): %w", maxTrailer, n, ErrHostile)
+	}
+	return root, nil
+}
+
 // register adds an imported container to the Store.
 func (s *Store) register(c *container, size int64) {
 	s.mu.Lock()
@@ -270,44 +309,76 @@ func (s *Store) register(c *container, size int64) {
 }
 
 // receive copies r to the tarball, at most the reservation, in large
-// writes (small pipe reads are gathered first).
-func (im *importer) receive(ctx context.Context, r io.Reader) (int64, error) {
+// writes (small pipe reads are gathered first), telling t as it goes.
+// Once t is dropped it reads r to its end without writing.
+func (im *importer) receive(ctx context.Context, r io.Reader, t *tail) error {
 	var n int64
 	for {
 		if err := ctx.Err(); err != nil {
-			return n, err
+			return err
 		}
-		m, err := io.ReadFull(r, im.buf)
+		m, err := io.ReadFull(r, im.rbuf)
 		if m > 0 {
-			if end := n + int64(m); end > im.res {
+			end := n + int64(m)
+			if t.isDropped() {
 				if end > im.maxTar {
-					return n, fmt.Errorf("tarball beyond %d bytes for a container of %d: %w", im.maxTar, im.size, ErrHostile)
+					return fmt.Errorf("tarball beyond %d bytes for a container of %d: %w", im.maxTar, im.size, ErrHostile)
 				}
-				if err := im.grow(min(max(end, im.res+im.res/2), im.maxTar)); err != nil {
-					return n, fmt.Errorf("tarball beyond the %d bytes reserved: %w", im.res, err)
+			} else {
+				if err := im.room(end); err != nil {
+					return err
 				}
+				if _, werr := im.tarFile.Write(im.rbuf[:m]); werr != nil {
+					return werr
+				}
+				t.wrote(end)
 			}
-			if _, werr := im.tarFile.Write(im.buf[:m]); werr != nil {
-				return n, werr
-			}
-			n += int64(m)
+			n = end
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return n, nil
+			return nil
 		}
 		if err != nil {
-			return n, fmt.Errorf("receive: %w", err)
+			return fmt.Errorf("receive: %w", err)
 		}
 	}
 }
 
-// grow makes the reservation total bytes, if the volume has room. The
-// tarball already written counts twice meanwhile (in statfs and in the
-// reservation): safe side.
-func (im *importer) grow(total int64) error {
+// room makes sure the reservation holds a tarball of end bytes and what
+// the extraction may still write, growing it if the volume has room.
+func (im *importer) room(end int64) error {
 	s := im.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if end > im.maxTar {
+		return fmt.Errorf("tarball beyond %d bytes for a container of %d: %w", im.maxTar, im.size, ErrHostile)
+	}
+	total := end + im.unpacking
+	if total <= im.res {
+		return nil
+	}
+	if err := im.grow(min(max(total, im.res+im.res/2), im.maxTar+im.unpacking)); err != nil {
+		return fmt.Errorf("tarball beyond the %d bytes reserved: %w", im.res, err)
+	}
+	return nil
+}
+
+// expect makes the reservation hold the tarball received so far and
+// limit bytes of extracted files besides, from now on.
+func (im *importer) expect(t *tail, limit int64) error {
+	n := t.size()
+	s := im.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	im.unpacking = limit
+	return im.grow(n + limit)
+}
+
+// grow makes the reservation total bytes, if the volume has room; the
+// caller holds Store.mu. The tarball already written counts twice
+// meanwhile (in statfs and in the reservation): safe side.
+func (im *importer) grow(total int64) error {
+	s := im.s
 	if total <= im.res {
 		return nil
 	}
@@ -512,37 +583,42 @@ func (im *importer) copyEntry(ctx context.Context, f *os.File, r io.Reader, n in
 }
 
 // copyRange copies the current entry's n bytes from the uncompressed
-// tarball to f without passing them through user space. The tarball's
-// read offset is left alone: the tar reader seeks past the data itself.
+// tarball to f without passing them through user space, as they arrive.
+// The tarball's read offset is left alone: the tar reader seeks past the
+// data itself.
 func (im *importer) copyRange(ctx context.Context, f *os.File, r io.Reader, n int64) error {
-	off, err := im.raw.Seek(0, io.SeekCurrent)
-	if err != nil {
-		return err
-	}
+	t := im.raw
+	off := t.off
 	for left := n; left > 0; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		m, err := unix.CopyFileRange(int(im.raw.Fd()), &off, int(f.Fd()), nil, int(min(left, kickEvery)), 0)
+		end, err := t.await(off)
+		if end <= off {
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("tarball ends inside the entry: %w", ErrCorrupt)
+		}
+		m, err := unix.CopyFileRange(int(t.f.Fd()), &off, int(f.Fd()), nil, int(min(left, end-off, kickEvery)), 0)
 		if err != nil {
 			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) {
 				// No in-kernel copy here: read and write what is left.
-				if _, err := im.raw.Seek(off, io.SeekStart); err != nil {
+				t.off = off
+				if err := im.copyEntry(ctx, f, t, left); err != nil {
 					return err
 				}
-				if err := im.copyEntry(ctx, f, im.raw, left); err != nil {
-					return err
-				}
-				_, err := im.raw.Seek(off-(n-left), io.SeekStart) // where the tar reader expects it
-				return err
+				t.off = off - (n - left) // where the tar reader expects it
+				return nil
 			}
 			return fmt.Errorf("copy_file_range: %w", err)
 		}
 		if m == 0 {
-			return fmt.Errorf("tarball ends inside the entry: %w", ErrCorrupt)
+			return fmt.Errorf("tarball shrank under copy_file_range: %w", ErrCorrupt)
 		}
 		left -= int64(m)
 		im.kick(f, n-left, false)
+		t.release(off)
 	}
 	return nil
 }
