@@ -21,7 +21,7 @@ import (
 
 // DefaultFetchers is how many files a load fetches at once unless
 // LoadOptions.Fetchers says otherwise.
-const DefaultFetchers = 4
+const DefaultFetchers = 8
 
 // staged is one file fetched ahead of the loader.
 type staged struct {
