@@ -41,13 +41,14 @@ const CatalogFile = "catalog.db"
 
 var (
 	catTree = []byte("tree") // path → entry
-	catMeta = []byte("meta") // metaAt, metaFuzzy, metaSeeded, metaVersion
+	catMeta = []byte("meta") // metaAt, metaFuzzy, metaSeeded, metaOrigin, metaVersion
 )
 
 var (
 	metaAt      = []byte("at")      // the event id the tree is at
 	metaFuzzy   = []byte("fuzzy")   // the walk's end: until there, events apply idempotently
 	metaSeeded  = []byte("seeded")  // present once the first walk is in
+	metaOrigin  = []byte("origin")  // the journal's first event: time, type, path
 	metaVersion = []byte("version") // format version
 )
 
@@ -122,7 +123,10 @@ func (c *Catalog) Update(ctx context.Context, events Events, tree Tree) (uint64,
 		return 0, err
 	}
 	if last < at {
-		return 0, fmt.Errorf("catalog is at event %d, the journal ends at %d: another journal? %w", at, last, ErrMismatch)
+		return 0, fmt.Errorf("catalog is at event %d, the journal ends at %d: another journal? (delete %s to rebuild it) %w", at, last, c.db.Path(), ErrMismatch)
+	}
+	if err := c.checkOrigin(ctx, events, last); err != nil {
+		return 0, err
 	}
 	for at < last {
 		to := min(last, at+catalogBatch)
@@ -143,6 +147,35 @@ func (c *Catalog) Update(ctx context.Context, events Events, tree Tree) (uint64,
 		at = to
 	}
 	return at, nil
+}
+
+// checkOrigin makes sure the catalog and events are one journal: the
+// catalog keeps the first event's time, type and path, and a journal whose
+// first event differs (the state directory made anew, say) is refused
+// rather than applied on top of another journal's tree.
+func (c *Catalog) checkOrigin(ctx context.Context, events Events, last uint64) error {
+	if last == 0 {
+		return nil
+	}
+	var origin []byte
+	err := events.Range(ctx, 1, 1, func(e *journal.Event) error {
+		origin = fmt.Appendf(nil, "%d %s %s", e.Time.UnixNano(), e.Type, e.Path)
+		return nil
+	})
+	if err != nil || origin == nil {
+		return err // a journal without its first event: nothing to compare
+	}
+	return c.db.Update(func(tx *bolt.Tx) error {
+		m := tx.Bucket(catMeta)
+		switch v := m.Get(metaOrigin); {
+		case v == nil:
+			return m.Put(metaOrigin, origin)
+		case !bytes.Equal(v, origin):
+			return fmt.Errorf("catalog %s was built from another journal (its first event: %q; this journal's: %q); delete it to rebuild it: %w",
+				c.db.Path(), v, origin, ErrMismatch)
+		}
+		return nil
+	})
 }
 
 // build walks tree into an empty catalog, pinned to the newest event

@@ -2,11 +2,13 @@ package repl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cmfs-project/cmfs/journal"
 )
@@ -160,7 +162,7 @@ func TestCatalogRefuses(t *testing.T) {
 	if _, err := c.Update(ctx, &sliceEvents{}, nil); err == nil || !strings.Contains(err.Error(), "needs the tree") {
 		t.Fatalf("first update without a tree: %v", err)
 	}
-	evs := []*journal.Event{{ID: 1, Type: journal.Mkdir, Path: "x"}, {ID: 2, Type: journal.Mkdir, Path: "x/y"}}
+	evs := []*journal.Event{{ID: 1, Type: journal.Mkdir, Path: "x", Time: time.Unix(1700000000, 0)}, {ID: 2, Type: journal.Mkdir, Path: "x/y"}}
 	if _, err := c.Update(ctx, &sliceEvents{events: evs}, LocalTree{Root: t.TempDir()}); err != nil {
 		t.Fatal(err)
 	}
@@ -173,5 +175,17 @@ func TestCatalogRefuses(t *testing.T) {
 	}
 	if at, _, _ := c.At(); at != 2 {
 		t.Fatalf("catalog at %d after a refused update, want 2", at)
+	}
+	// Another journal, longer than the first: its first event differs.
+	other := []*journal.Event{
+		{ID: 1, Type: journal.Mkdir, Path: "y", Time: evs[0].Time.Add(time.Hour)},
+		{ID: 2, Type: journal.Mkdir, Path: "y/z"},
+		{ID: 3, Type: journal.Mkdir, Path: "y/z/w"},
+	}
+	if _, err := c.Update(ctx, &sliceEvents{events: other}, nil); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "another journal") {
+		t.Fatalf("update from another journal: %v, want ErrMismatch naming it", err)
+	}
+	if at, _, _ := c.At(); at != 2 {
+		t.Fatalf("catalog at %d after another journal was refused, want 2", at)
 	}
 }
