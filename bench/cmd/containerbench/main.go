@@ -221,7 +221,7 @@ type runner struct {
 	notes    []string
 
 	mu    sync.Mutex
-	procs []*proc
+	procs []*bench.Proc
 }
 
 func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error) {

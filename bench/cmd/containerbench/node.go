@@ -7,10 +7,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/cmfs-project/cmfs/bench"
@@ -23,7 +21,7 @@ type node struct {
 	name   string
 	addr   string
 	volume string
-	p      *proc
+	p      *bench.Proc
 	client *peer.Client // for polling; the measured work goes through the CLI
 }
 
@@ -55,7 +53,7 @@ func (r *runner) serve(ctx context.Context, name, volume string, extra ...string
 	}
 	client, err := peer.Dial(ctx, addr)
 	if err != nil {
-		p.stop()
+		p.Stop()
 		return nil, err
 	}
 	n := &node{name: name, addr: addr, volume: volume, p: p, client: client}
@@ -66,9 +64,9 @@ func (r *runner) serve(ctx context.Context, name, volume string, extra ...string
 			return n, nil
 		}
 		select {
-		case <-p.done:
+		case <-p.Done():
 			client.Close()
-			return nil, fmt.Errorf("replicad serve %s exited: %v%s", name, p.err, tail(p.log))
+			return nil, fmt.Errorf("replicad serve %s exited: %s", name, p.Exited())
 		default:
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
@@ -79,11 +77,11 @@ func (r *runner) serve(ctx context.Context, name, volume string, extra ...string
 	}
 }
 
-func (n *node) pid() int { return n.p.cmd.Process.Pid }
+func (n *node) pid() int { return n.p.Cmd.Process.Pid }
 
 func (n *node) stop() {
 	n.client.Close()
-	n.p.stop()
+	n.p.Stop()
 }
 
 // fill puts files into n's open container with `replicad container put`
@@ -189,54 +187,15 @@ func (r *runner) cli(ctx context.Context, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// proc is a process the run started; stop ends it.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-	log  string
-}
-
-func (r *runner) start(name string, argv ...string) (*proc, error) {
-	logPath := filepath.Join(r.dir, name+".log")
-	logf, err := os.Create(logPath)
+func (r *runner) start(name string, argv ...string) (*bench.Proc, error) {
+	p, err := bench.StartProc(r.dir, name, argv...)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group: a ^C reaches the harness, which stops it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{}), log: logPath}
-	go func() {
-		p.err = cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
 	r.mu.Lock()
 	r.procs = append(r.procs, p)
 	r.mu.Unlock()
 	return p, nil
-}
-
-func (p *proc) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-	}
 }
 
 // stopAll stops every process the run started.
@@ -246,20 +205,8 @@ func (r *runner) stopAll() {
 	r.procs = nil
 	r.mu.Unlock()
 	for i := len(procs) - 1; i >= 0; i-- {
-		procs[i].stop()
+		procs[i].Stop()
 	}
-}
-
-func tail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
-		return ""
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 5 {
-		lines = lines[len(lines)-5:]
-	}
-	return " (" + filepath.Base(path) + ": " + strings.Join(lines, " | ") + ")"
 }
 
 var errNoRsync = errors.New("rsync is not installed (make bench-deps installs it)")

@@ -172,7 +172,7 @@ type runner struct {
 
 	mu      sync.Mutex
 	mounts  []*bench.Mount
-	procs   []*proc
+	procs   []*bench.Proc
 	servers []func() // stop the in-process source services
 }
 
@@ -550,7 +550,7 @@ func (r *runner) loadRows(ctx context.Context) []*bench.ReplRow {
 
 	var (
 		addr   string
-		server *proc
+		server *bench.Proc
 		client *source.Client
 	)
 	if r.replicad != "" {
@@ -567,7 +567,7 @@ func (r *runner) loadRows(ctx context.Context) []*bench.ReplRow {
 		if client != nil {
 			return client.Stats().Bytes, nil
 		}
-		return readChars(server.cmd.Process.Pid)
+		return readChars(server.Cmd.Process.Pid)
 	}
 
 	check := func(res repl.LoadResult) error {
@@ -1018,59 +1018,20 @@ func (r *runner) mount(ctx context.Context, backing, mnt string) (*bench.Mount, 
 	return m, nil
 }
 
-// proc is a process the run started; stop ends it.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-	log  string
-}
-
-func (r *runner) start(name string, argv ...string) (*proc, error) {
-	logPath := filepath.Join(r.dir, name+".log")
-	logf, err := os.Create(logPath)
+func (r *runner) start(name string, argv ...string) (*bench.Proc, error) {
+	p, err := bench.StartProc(r.dir, name, argv...)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group: a ^C reaches the harness, which stops it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{}), log: logPath}
-	go func() {
-		p.err = cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
 	r.mu.Lock()
 	r.procs = append(r.procs, p)
 	r.mu.Unlock()
 	return p, nil
 }
 
-func (p *proc) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
 // serve starts `replicad serve` on a free loopback port and waits until
 // it answers.
-func (r *runner) serve(ctx context.Context, name, state string) (string, *proc, error) {
+func (r *runner) serve(ctx context.Context, name, state string) (string, *bench.Proc, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
@@ -1093,8 +1054,8 @@ func (r *runner) serve(ctx context.Context, name, state string) (string, *proc, 
 			return addr, p, nil
 		}
 		select {
-		case <-p.done:
-			return "", nil, fmt.Errorf("replicad serve exited: %v%s", p.err, tail(p.log))
+		case <-p.Done():
+			return "", nil, fmt.Errorf("replicad serve exited: %s", p.Exited())
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -1151,7 +1112,7 @@ func (r *runner) stopServers() {
 		s()
 	}
 	for i := len(procs) - 1; i >= 0; i-- {
-		procs[i].stop()
+		procs[i].Stop()
 	}
 }
 
@@ -1186,16 +1147,4 @@ func readChars(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/proc/%d/io: no rchar", pid)
-}
-
-func tail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
-		return ""
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 5 {
-		lines = lines[len(lines)-5:]
-	}
-	return " (" + filepath.Base(path) + ": " + strings.Join(lines, " | ") + ")"
 }
