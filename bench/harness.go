@@ -80,3 +80,24 @@ func FirstLines(s string, n int) string {
 	}
 	return strings.Join(lines, " | ")
 }
+
+// RunDir prepares a benchmark program's work directory: dir, or by
+// default .bench/name at the module root, made absolute, emptied (what an
+// interrupted run left mounted there is unmounted first) and created.
+func RunDir(dir, name string) (string, error) {
+	if dir == "" {
+		root, err := ModuleRoot()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(root, ".bench", name)
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if err := CleanRunDir(dir); err != nil {
+		return "", err
+	}
+	return dir, os.MkdirAll(dir, 0o755)
+}

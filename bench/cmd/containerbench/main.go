@@ -230,17 +230,8 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 		return err
 	}
 	work := filepath.Join(root, ".bench")
-	dir := opts.dir
-	if dir == "" {
-		dir = filepath.Join(work, "container")
-	}
-	if dir, err = filepath.Abs(dir); err != nil {
-		return err
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	dir, err := bench.RunDir(opts.dir, "container")
+	if err != nil {
 		return err
 	}
 	// Nothing is deleted before the end of the run (but the RSS targets,

@@ -182,17 +182,8 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 		return err
 	}
 	work := filepath.Join(root, ".bench")
-	dir := opts.dir
-	if dir == "" {
-		dir = filepath.Join(work, "repl")
-	}
-	if dir, err = filepath.Abs(dir); err != nil {
-		return err
-	}
-	if err := bench.CleanRunDir(dir); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	dir, err := bench.RunDir(opts.dir, "repl")
+	if err != nil {
 		return err
 	}
 	// Nothing is deleted before the end of the run: the backing filesystem
