@@ -185,11 +185,13 @@ func (f *Feed) Step(ctx context.Context) (st Stats, err error) {
 var ErrJournal = errors.New("ingest: journal does not match the cursor")
 
 // waitScans waits for the scans OpenStore started (of containers a dead
-// process left open, or imported): until they pass, the store does not
-// serve their blocks, and the replay would put them again.
+// process left open, which are CLOSING while scanned, or imported ones,
+// RECOVERING): until they pass, the store does not serve their blocks,
+// and the replay would put them again. WaitScan returns at once for a
+// container no scan runs on.
 func (f *Feed) waitScans(ctx context.Context) error {
 	for _, d := range f.cfg.Store.List() {
-		if d.State == container.Recovering {
+		if d.State != container.Open && d.State != container.Closed {
 			if _, err := f.cfg.Store.WaitScan(ctx, d.ID); err != nil && !errors.Is(err, container.ErrNotFound) {
 				return fmt.Errorf("ingest: %w", err)
 			}
