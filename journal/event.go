@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"fmt"
 	"path"
 	"strings"
 	"time"
@@ -81,8 +80,16 @@ type Event struct {
 // `xxhsum -H64` prints.
 func Sum(b []byte) string { return FormatSum(xxhash.Sum64(b)) }
 
-// FormatSum formats an xxh64 digest as 16 lowercase hex digits.
-func FormatSum(s uint64) string { return fmt.Sprintf("%016x", s) }
+// FormatSum formats an xxh64 digest as 16 lowercase hex digits (as
+// %016x would, without fmt's cost: it runs once per file of a listing).
+func FormatSum(s uint64) string {
+	var b [16]byte
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i] = hex[s&0xf]
+		s >>= 4
+	}
+	return string(b[:])
+}
 
 // Level is where a path sits in the warehouse layout.
 type Level int

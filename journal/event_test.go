@@ -1,6 +1,9 @@
 package journal
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestLocate(t *testing.T) {
 	tests := []struct {
@@ -49,6 +52,11 @@ func TestSum(t *testing.T) {
 	for _, tt := range tests {
 		if got := Sum([]byte(tt.in)); got != tt.want {
 			t.Errorf("Sum(%q) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+	for _, v := range []uint64{0, 0xab, 0x0123456789abcdef, ^uint64(0), 0xf000000000000001} {
+		if got, want := FormatSum(v), fmt.Sprintf("%016x", v); got != want {
+			t.Errorf("FormatSum(%#x) = %s, want %s", v, got, want)
 		}
 	}
 	if got := FormatSum(0xab); got != "00000000000000ab" {

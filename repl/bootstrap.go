@@ -124,6 +124,10 @@ func dumpBootstrap(ctx context.Context, events Events, out string, opts DumpOpti
 	}
 
 	us := units{}
+	// Files come directory by directory: their unit is looked up once per
+	// directory, not per file.
+	var lastDir string
+	var lastUnit *unit // nil: the directory's files are filtered out
 	err = tree.Walk(ctx, func(p string, isDir bool, size int64, sum string) error {
 		if err := checkRel(p); err != nil {
 			return err
@@ -140,11 +144,17 @@ func dumpBootstrap(ctx context.Context, events Events, out string, opts DumpOpti
 			u.dirs = append(u.dirs, p)
 			return nil
 		}
-		loc := journal.Locate(path.Dir(p))
-		if !opts.keeps(loc.DB, loc.Table) || loc.Level == journal.Outside && opts.DB != "" {
+		if dir := path.Dir(p); dir != lastDir || lastDir == "" {
+			lastDir, lastUnit = dir, nil
+			loc := journal.Locate(dir)
+			if opts.keeps(loc.DB, loc.Table) && (loc.Level != journal.Outside || opts.DB == "") {
+				lastUnit = us.get(loc, false)
+			}
+		}
+		if lastUnit == nil {
 			return nil
 		}
-		u := us.get(loc, false)
+		u := lastUnit
 		u.files = append(u.files, journal.File{Path: p, Size: size, XXH64: sum})
 		res.Files++
 		return nil

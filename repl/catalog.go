@@ -34,6 +34,8 @@ import (
 // default; one process holds it at a time.
 type Catalog struct {
 	db *bolt.DB
+	// walkBatch overrides catalogWalkBatch (tests).
+	walkBatch int
 }
 
 // CatalogFile is the catalog's file name in a mount's state directory.
@@ -60,7 +62,9 @@ const catalogBatch = 10_000
 // OpenCatalog opens or creates the catalog at path. It waits up to 10 s
 // for another process holding it.
 func OpenCatalog(path string) (*Catalog, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 10 * time.Second, NoFreelistSync: true})
+	// The freelist is kept in the file: without it, every open would read
+	// the whole file to rebuild it, and a BOOTSTRAP opens the catalog cold.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 10 * time.Second})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("catalog %s: held by another process", path)
 	}
@@ -185,30 +189,7 @@ func (c *Catalog) build(ctx context.Context, events Events, tree Tree) (uint64, 
 	if err != nil {
 		return 0, err
 	}
-	err = c.db.Update(func(tx *bolt.Tx) error {
-		if err := tx.DeleteBucket(catTree); err != nil {
-			return err
-		}
-		b, err := tx.CreateBucket(catTree)
-		if err != nil {
-			return err
-		}
-		b.FillPercent = 1 // the walk visits paths in order
-		return tree.Walk(ctx, func(p string, isDir bool, size int64, sum string) error {
-			if err := checkRel(p); err != nil {
-				return err
-			}
-			if isDir {
-				return b.Put([]byte(p), dirEntry)
-			}
-			v, err := fileEntry(size, sum)
-			if err != nil {
-				return fmt.Errorf("%s: %w", p, err)
-			}
-			return b.Put([]byte(p), v)
-		})
-	})
-	if err != nil {
+	if err := c.walkInto(ctx, tree); err != nil {
 		return 0, err
 	}
 	walkEnd, err := events.Last(ctx)
@@ -226,6 +207,67 @@ func (c *Catalog) build(ctx context.Context, events Events, tree Tree) (uint64, 
 		return m.Put(metaSeeded, []byte{1})
 	})
 	return pin, err
+}
+
+// catalogWalkBatch is how many entries of the first walk one transaction
+// writes, so that a tree of millions of files is not held in memory as one
+// transaction's dirty pages.
+const catalogWalkBatch = 100_000
+
+// walkInto replaces the catalog's tree with what tree.Walk yields. The
+// catalog says it is built only after (metaSeeded), so a build cut short
+// is started again from scratch.
+func (c *Catalog) walkInto(ctx context.Context, tree Tree) error {
+	tx, err := c.db.Begin(true)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if tx != nil {
+			tx.Rollback() // a no-op after a commit
+		}
+	}()
+	if err := tx.DeleteBucket(catTree); err != nil {
+		return err
+	}
+	b, err := tx.CreateBucket(catTree)
+	if err != nil {
+		return err
+	}
+	batch := c.walkBatch
+	if batch <= 0 {
+		batch = catalogWalkBatch
+	}
+	n := 0
+	err = tree.Walk(ctx, func(p string, isDir bool, size int64, sum string) error {
+		if err := checkRel(p); err != nil {
+			return err
+		}
+		v := dirEntry
+		if !isDir {
+			if v, err = fileEntry(size, sum); err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+		}
+		b.FillPercent = 0.9 // the walk yields paths nearly in order
+		if err := b.Put([]byte(p), v); err != nil {
+			return err
+		}
+		if n++; n%batch == 0 {
+			if err := tx.Commit(); err != nil {
+				return err
+			}
+			if tx, err = c.db.Begin(true); err != nil {
+				return err
+			}
+			b = tx.Bucket(catTree)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // Walk implements Tree: the catalog's tree at At, in byte order of the

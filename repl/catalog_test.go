@@ -113,6 +113,7 @@ func TestCatalogRacedWalk(t *testing.T) {
 	want := summed(s.states[last])
 	for pin := uint64(0); pin <= last; pin += 1 + uint64(r.IntN(6)) {
 		c := openCatalog(t)
+		c.walkBatch = 1 + int(pin%7) // the first walk commits in batches
 		ev := &pinnedEvents{sliceEvents: &s.ev, pin: pin}
 		at, err := c.Update(context.Background(), ev, LocalTree{Root: s.root})
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cmfs-project/cmfs/journal"
@@ -279,13 +280,15 @@ func TestBootstrapLoadRefusesNonEmptyTarget(t *testing.T) {
 	}
 }
 
+// countProgress records a load's progress. Bytes comes from the fetching
+// goroutines, concurrently (the race detector checks that it may).
 type countProgress struct {
-	events []uint64
-	bytes  int64
+	events []uint64 // Event is called from the loader's goroutine only
+	bytes  atomic.Int64
 }
 
 func (c *countProgress) Event(id uint64) { c.events = append(c.events, id) }
-func (c *countProgress) Bytes(n int64)   { c.bytes += n }
+func (c *countProgress) Bytes(n int64)   { c.bytes.Add(n) }
 
 func TestLoadProgress(t *testing.T) {
 	s := opsSource(t)
@@ -294,8 +297,8 @@ func TestLoadProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(p.events) != "[1 2 3 4 5 6 7]" || p.bytes != res.Bytes || res.Bytes != 6 {
-		t.Fatalf("progress %+v, result %+v", p, res)
+	if fmt.Sprint(p.events) != "[1 2 3 4 5 6 7]" || p.bytes.Load() != res.Bytes || res.Bytes != 6 {
+		t.Fatalf("progress: events %v, %d bytes; result %+v", p.events, p.bytes.Load(), res)
 	}
 }
 
