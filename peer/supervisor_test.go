@@ -124,6 +124,7 @@ func TestSupervisorConcurrency(t *testing.T) {
 		jobs = append(jobs, s.Submit(Task{Container: uint64(i + 1), Target: "t:1"}))
 	}
 	waitFor(t, "3 running, 7 queued", func() bool { q, r := s.Len(); return q == 7 && r == 3 })
+	waitFor(t, "3 tasks inside the replicate function", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.running == 3 })
 	time.Sleep(20 * time.Millisecond) // a fourth would have started by now
 	if most, _ := g.stats(); most != 3 {
 		t.Fatalf("%d ran at once, limit 3", most)
@@ -133,6 +134,9 @@ func TestSupervisorConcurrency(t *testing.T) {
 		t.Errorf("limit %d while decommissioning, want 6", s.Limit())
 	}
 	waitFor(t, "6 running, 4 queued", func() bool { q, r := s.Len(); return q == 4 && r == 6 })
+	// The supervisor counts a task running before its function is entered:
+	// wait for all six to be inside before letting them finish.
+	waitFor(t, "6 tasks inside the replicate function", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.running == 6 })
 	close(g.gate)
 	for _, j := range jobs {
 		if _, err := j.Wait(context.Background()); err != nil {
