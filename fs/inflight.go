@@ -134,12 +134,13 @@ func (t *inflight) close() error { return t.f.Close() }
 // intend records a change about to be made and returns the function that
 // clears it; call that once the change is journaled or known not to have
 // happened.
-func (r *root) intend(in intent) (slot int, done func()) {
+func (r *root) intend(in *intent) (slot int, done func()) {
 	if r.inflight == nil {
 		return -1, func() {}
 	}
+	// in keeps After: the caller rewrites the slot from it (intendOrig).
 	in.After = r.log.Last()
-	slot = r.inflight.begin(&in)
+	slot = r.inflight.begin(in)
 	return slot, func() { r.inflight.end(slot) }
 }
 
@@ -157,28 +158,69 @@ func (r *root) intendOrig(slot int, in *intent, rel string, p preserved) {
 // serves anything. Every event it writes describes the tree as it is.
 func (r *root) recover(ctx context.Context, left []intent) (int, error) {
 	var events []*journal.Event
+	// pending is the content of each path the events so far give it, so
+	// that two intents for one path journal it once.
+	pending := map[string]journal.File{}
 	for _, in := range left {
-		if journaled, err := r.journaledSince(in); err != nil {
+		e := r.recovered(in)
+		if e == nil {
+			continue
+		}
+		if f, ok := contentOf(e, in.Path); ok {
+			if p, seen := pending[in.Path]; seen && p.Size == f.Size && p.XXH64 == f.XXH64 {
+				continue
+			}
+		}
+		if journaled, err := r.journaledSince(in, e); err != nil {
 			return 0, err
 		} else if journaled {
 			continue
 		}
-		if e := r.recovered(in); e != nil {
-			events = append(events, e)
+		if f, ok := contentOf(e, in.Path); ok {
+			pending[in.Path] = f
 		}
+		events = append(events, e)
 	}
 	return len(events), r.emit(ctx, events...)
 }
 
-// journaledSince says whether an event for in's change came after in.After.
-func (r *root) journaledSince(in intent) (bool, error) {
-	found := false
-	err := r.log.Range(in.After+1, 0, func(e *journal.Event) error {
-		if e.Path == in.Path && (in.NewPath == "" || e.NewPath == in.NewPath) && sameKind(e.Type, in.Type) {
+// contentOf returns the new content e gives rel (the first file of that
+// path: events list the new content before preserved originals).
+func contentOf(e *journal.Event, rel string) (journal.File, bool) {
+	for _, f := range e.Files {
+		if f.Path == rel && f.CM == "" {
+			return f, true
+		}
+	}
+	return journal.File{}, false
+}
+
+// journaledSince says whether the journal already holds e, the event the
+// tree shows for in's change, after in.After. For content changes it asks
+// whether the latest event naming the path gives it the content the tree
+// holds: a later event for another change of the path (another handle's
+// close) does not stand in for this one unless the content agrees.
+func (r *root) journaledSince(in intent, e *journal.Event) (bool, error) {
+	want, content := contentOf(e, in.Path)
+	content = content && (in.Type == journal.Write || in.Type == journal.Truncate)
+	found, latest, named := false, journal.File{}, false
+	err := r.log.Range(in.After+1, 0, func(got *journal.Event) error {
+		if content {
+			if f, ok := contentOf(got, in.Path); ok {
+				latest, named = f, true
+			} else if got.Path == in.Path || got.NewPath == in.Path {
+				named = false // deleted or renamed away since
+			}
+			return nil
+		}
+		if got.Path == in.Path && (in.NewPath == "" || got.NewPath == in.NewPath) && sameKind(got.Type, in.Type) {
 			found = true
 		}
 		return nil
 	})
+	if content {
+		return named && latest.Size == want.Size && latest.XXH64 == want.XXH64, err
+	}
 	return found, err
 }
 

@@ -183,7 +183,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if n.r.excluded(rel) {
 		return n.LoopbackNode.Mkdir(ctx, name, mode, out)
 	}
-	_, done := n.r.intend(intent{Type: journal.Mkdir, Path: rel})
+	_, done := n.r.intend(&intent{Type: journal.Mkdir, Path: rel})
 	defer done()
 	ch, errno := n.LoopbackNode.Mkdir(ctx, name, mode, out)
 	if errno != 0 {
@@ -207,7 +207,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if n.r.excluded(rel) {
 		return toErrno(syscall.Rmdir(abs))
 	}
-	_, done := n.r.intend(intent{Type: journal.Rmdir, Path: rel})
+	_, done := n.r.intend(&intent{Type: journal.Rmdir, Path: rel})
 	defer done()
 	if err := syscall.Rmdir(abs); err != nil {
 		return toErrno(err)
@@ -231,7 +231,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		return toErrno(err)
 	}
 	in := intent{Type: journal.Delete, Path: rel}
-	slot, done := n.r.intend(in)
+	slot, done := n.r.intend(&in)
 	defer done()
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		if err := syscall.Unlink(abs); err != nil {
@@ -296,7 +296,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	slot := -1
 	if in.Type != "" {
 		var done func()
-		slot, done = n.r.intend(in)
+		slot, done = n.r.intend(&in)
 		defer done()
 	}
 
@@ -426,7 +426,7 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 		return nil, syscall.EILSEQ
 	}
 	if !n.r.excluded(rel) {
-		_, done := n.r.intend(intent{Type: journal.Link, Path: trel, NewPath: rel})
+		_, done := n.r.intend(&intent{Type: journal.Link, Path: trel, NewPath: rel})
 		defer done()
 	}
 	if err := syscall.Link(n.r.abs(trel), abs); err != nil {
@@ -474,7 +474,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if n.r.excluded(rel) {
 		return n.LoopbackNode.Symlink(ctx, target, name, out)
 	}
-	_, done := n.r.intend(intent{Type: journal.Symlink, Path: rel, Target: target})
+	_, done := n.r.intend(&intent{Type: journal.Symlink, Path: rel, Target: target})
 	defer done()
 	ch, errno := n.LoopbackNode.Symlink(ctx, target, name, out)
 	if errno != 0 {

@@ -24,6 +24,12 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno
 	}
 	flags &^= syscall.O_APPEND
+	if !n.r.excluded(rel) {
+		// Should the mount die between creating the file and registering
+		// its handle, the next mount journals the new file.
+		_, done := n.r.intend(&intent{Type: journal.Write, Path: rel})
+		defer done()
+	}
 	f, err := os.OpenFile(abs, int(flags)|os.O_CREATE|os.O_EXCL, os.FileMode(mode))
 	if err != nil {
 		if os.IsExist(err) && flags&syscall.O_EXCL == 0 {
@@ -117,7 +123,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		var orig preserved
 		var err error
 		in := intent{Type: journal.Truncate, Path: rel}
-		slot, done := n.r.intend(in)
+		slot, done := n.r.intend(&in)
 		defer done()
 		if mayReplace && n.opens == 0 && n.r.treeLinks(&st) == 1 {
 			// O(1): keep the original inode in cmroot, put a new one in its place.
@@ -248,7 +254,7 @@ func (n *node) register(f *os.File, rel string, write, excluded, created bool, o
 		default:
 			in.Base, _ = n.r.sums.get(statState(&st))
 		}
-		fh.slot, _ = n.r.intend(in)
+		fh.slot, _ = n.r.intend(&in)
 		fh.intent = in
 	}
 	return fh
@@ -287,7 +293,7 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		return n.setattr(ctx, f, in, out)
 	}
 	it := intent{Type: journal.Truncate, Path: rel}
-	slot, done := n.r.intend(it)
+	slot, done := n.r.intend(&it)
 	defer done()
 
 	var orig *preserved
