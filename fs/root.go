@@ -133,10 +133,14 @@ func (r *root) journalable(paths ...string) syscall.Errno {
 // isHidden says whether rel is the state directory or cmroot.
 func (r *root) isHidden(rel string) bool { return r.hidden[rel] }
 
-// emit journals events; it returns once they are durable.
+// emit journals events; it returns once they, and everything they name,
+// are durable (see flush.go).
 func (r *root) emit(ctx context.Context, events ...*journal.Event) error {
 	if len(events) == 0 {
 		return nil
+	}
+	if err := r.flush(r.named(events)); err != nil {
+		return err
 	}
 	if err := r.log.Append(context.WithoutCancel(ctx), events...); err != nil {
 		return fmt.Errorf("journal: %w", err)

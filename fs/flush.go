@@ -1,0 +1,130 @@
+package fs
+
+import (
+	"errors"
+	"os"
+	"path"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"github.com/cmfs-project/cmfs/journal"
+	"golang.org/x/sys/unix"
+)
+
+// Everything an event names is durable before the event commits: the
+// content it gives a path (I3), every original it keeps in cmroot and that
+// entry's directory (I2), and the directories whose names it changes. A
+// file written without fsync would otherwise be journaled with content a
+// power loss takes back, and an original moved into cmroot would come back
+// empty. Flushing a file or directory that is already clean costs no
+// device flush, so an original preserved long after it was written costs
+// a look, not a write.
+
+// flushWorkers bounds how many flushes of one commit run at once.
+const flushWorkers = 16
+
+// durableSet is what one commit must flush.
+type durableSet struct {
+	files map[string]bool // data: fdatasync
+	dirs  map[string]bool // names: fsync of the directory
+}
+
+func (d *durableSet) file(p string) {
+	if d.files == nil {
+		d.files = map[string]bool{}
+	}
+	d.files[p] = true
+}
+
+func (d *durableSet) dir(p string) {
+	if d.dirs == nil {
+		d.dirs = map[string]bool{}
+	}
+	d.dirs[p] = true
+}
+
+// named returns what the events name: for each file the content at its path
+// or its cmroot entry, and the directories of every path they change.
+func (r *root) named(events []*journal.Event) durableSet {
+	var d durableSet
+	for _, e := range events {
+		for _, p := range []string{e.Path, e.NewPath} {
+			if p != "" {
+				d.dir(r.abs(path.Dir(p)))
+			}
+		}
+		for _, f := range e.Files {
+			if f.CM != "" {
+				entry := r.cm.Path(f.CM)
+				d.file(entry)
+				d.dir(filepath.Dir(entry))
+				continue
+			}
+			d.file(r.abs(f.Path))
+		}
+	}
+	return d
+}
+
+// flush makes d durable. A file that is gone was replaced or removed by a
+// later change, whose own event flushes what it names; a file cmfs cannot
+// open for reading is flushed through a write-only open where it may.
+func (r *root) flush(d durableSet) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		work = make(chan func() error)
+	)
+	for range min(flushWorkers, len(d.files)+len(d.dirs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for fn := range work {
+				if err := fn(); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for p := range d.files {
+		work <- func() error { return syncPath(p, true) }
+	}
+	for p := range d.dirs {
+		work <- func() error { return syncPath(p, false) }
+	}
+	close(work)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// syncPath fdatasyncs the file (data) or fsyncs the directory at p.
+func syncPath(p string, data bool) error {
+	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	if !data {
+		flags |= unix.O_DIRECTORY
+	}
+	fd, err := unix.Open(p, flags|unix.O_NOATIME, 0)
+	if errors.Is(err, syscall.EPERM) {
+		fd, err = unix.Open(p, flags, 0) // O_NOATIME needs ownership
+	}
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ELOOP) {
+		return nil
+	}
+	if err != nil {
+		return &os.PathError{Op: "flush", Path: p, Err: err}
+	}
+	defer unix.Close(fd)
+	if data {
+		err = unix.Fdatasync(fd)
+	} else {
+		err = unix.Fsync(fd)
+	}
+	if err != nil {
+		return &os.PathError{Op: "flush", Path: p, Err: err}
+	}
+	return nil
+}
