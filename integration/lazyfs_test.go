@@ -299,4 +299,5 @@ func TestLazyFSCmfs(t *testing.T) {
 	if last := evs[len(evs)-1]; len(last.Files) == 0 || last.Files[0].XXH64 != journal.Sum(data) {
 		t.Errorf("last event %+v, want the new content's xxh64 %s", last, journal.Sum(data))
 	}
+	checkJournalMatchesTree(t, backing, m.State)
 }
