@@ -301,3 +301,30 @@ func TestLazyFSCmfs(t *testing.T) {
 	}
 	checkJournalMatchesTree(t, backing, m.State)
 }
+
+// TestLazyFSCrashWhileHeld: a crash detaches a mount a survivor still
+// holds; the survivor's writes fail, and the fresh mount has only the
+// durable bytes.
+func TestLazyFSCrashWhileHeld(t *testing.T) {
+	l := mountLazy(t)
+	f := filepath.Join(l.Mountpoint(), "held")
+	writeFile(t, f, []byte("durable"))
+	syncFile(t, f)
+	fd, err := os.OpenFile(f, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	if _, err := fd.WriteAt([]byte("DURABLE, not"), 0); err != nil {
+		t.Fatal(err)
+	}
+	crashLazy(t, l)
+	if _, err := fd.WriteAt([]byte("x"), 0); errnoOf(err) != syscall.EIO {
+		t.Errorf("write through the crashed mount: %v, want EIO", err)
+	}
+	if err := fd.Sync(); errnoOf(err) != syscall.EIO {
+		t.Errorf("fsync through the crashed mount: %v, want EIO", err)
+	}
+	fd.Close()
+	wantContent(t, f, []byte("durable"))
+}
