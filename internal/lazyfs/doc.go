@@ -36,7 +36,7 @@
 // fsyncs; fallocate and copy_file_range (refused with EOPNOTSUPP, so
 // callers fall back to plain writes). Overlays are kept by inode, and an
 // inode number the underlying filesystem reuses for a new file starts
-// clean. It runs as root: a write-only descriptor's overlay reopens the
+// clean. New files belong to lazyfs's user, not the caller. It runs as root: a write-only descriptor's overlay reopens the
 // file read-write through /proc/self/fd.
 //
 // The mount disables FUSE passthrough (which it could not use: it must see
