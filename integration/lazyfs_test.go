@@ -1,0 +1,330 @@
+package integration
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/cmfs-project/cmfs/internal/lazyfs"
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+// mountLazy mounts a lazyfs over a fresh directory; cleanup unmounts it
+// (after the cleanups registered later, such as a cmfs mount on it).
+func mountLazy(t testing.TB) *lazyfs.FS {
+	t.Helper()
+	requireFUSE(t)
+	under := filepath.Join(t.TempDir(), "under")
+	mnt := filepath.Join(t.TempDir(), "lazy")
+	for _, d := range []string{under, mnt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := lazyfs.Mount(under, mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live.Store(mnt, true)
+	t.Cleanup(func() {
+		if err := l.Unmount(); err != nil {
+			t.Errorf("lazyfs unmount: %v", err)
+		}
+		live.Delete(mnt)
+	})
+	return l
+}
+
+// crashLazy crashes l, failing t if it cannot.
+func crashLazy(t testing.TB, l *lazyfs.FS) {
+	t.Helper()
+	if err := l.Crash(); err != nil {
+		t.Fatalf("lazyfs crash: %v", err)
+	}
+}
+
+func syncFile(t testing.TB, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync %s: %v", path, err)
+	}
+}
+
+func appendFile(t testing.TB, path string, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantContent checks path's size and content, by stat and by read.
+func wantContent(t testing.TB, path string, want []byte) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("stat %s: %v", path, err)
+	}
+	got := readFile(t, path)
+	if fi.Size() != int64(len(want)) || !bytes.Equal(got, want) {
+		t.Errorf("%s: stat size %d, holds %q; want %q", path, fi.Size(), head(got), head(want))
+	}
+}
+
+func head(b []byte) []byte { return b[:min(len(b), 64)] }
+
+func TestLazyFS(t *testing.T) {
+	l := mountLazy(t)
+	p := func(name string) string { return filepath.Join(l.Mountpoint(), name) }
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1000) // 16000 bytes: pages and a tail
+
+	// Each case runs before (the mount is live) and after a crash.
+	cases := []struct {
+		name          string
+		before        func(t *testing.T, f string)
+		live, durable []byte
+	}{
+		{"write without fsync is lost",
+			func(t *testing.T, f string) { writeFile(t, f, []byte("one\n")) },
+			[]byte("one\n"), nil},
+		{"write and fsync is kept",
+			func(t *testing.T, f string) { writeFile(t, f, big); syncFile(t, f) },
+			big, big},
+		{"fdatasync is enough",
+			func(t *testing.T, f string) {
+				fd, err := syscall.Open(f, syscall.O_WRONLY|syscall.O_CREAT, 0o644)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer syscall.Close(fd)
+				syscall.Write(fd, []byte("data"))
+				if err := syscall.Fdatasync(fd); err != nil {
+					t.Fatal(err)
+				}
+			},
+			[]byte("data"), []byte("data")},
+		{"append without fsync comes back at the synced size",
+			func(t *testing.T, f string) {
+				writeFile(t, f, []byte("first\n"))
+				syncFile(t, f)
+				appendFile(t, f, []byte("second\n"))
+			},
+			[]byte("first\nsecond\n"), []byte("first\n")},
+		{"overwrite with > without fsync",
+			func(t *testing.T, f string) {
+				writeFile(t, f, big)
+				syncFile(t, f)
+				writeFile(t, f, []byte("bye\n"))
+			},
+			[]byte("bye\n"), big},
+		{"truncate then extend reads zeros, synced",
+			func(t *testing.T, f string) {
+				writeFile(t, f, big)
+				syncFile(t, f)
+				if err := os.Truncate(f, 10); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Truncate(f, 5000); err != nil {
+					t.Fatal(err)
+				}
+				syncFile(t, f)
+			},
+			append(bytes.Clone(big[:10]), make([]byte, 4990)...), append(bytes.Clone(big[:10]), make([]byte, 4990)...)},
+		{"unsynced truncate is lost",
+			func(t *testing.T, f string) {
+				writeFile(t, f, big)
+				syncFile(t, f)
+				if err := os.Truncate(f, 100); err != nil {
+					t.Fatal(err)
+				}
+			},
+			big[:100], big},
+		{"fsync through another descriptor",
+			func(t *testing.T, f string) {
+				writeFile(t, f, []byte("abc"))
+				syncFile(t, f) // opens read-only
+			},
+			[]byte("abc"), []byte("abc")},
+	}
+	for i, c := range cases {
+		t.Run(c.name+"/before", func(t *testing.T) {
+			f := p(fmt.Sprintf("f%d", i))
+			c.before(t, f)
+			wantContent(t, f, c.live)
+		})
+	}
+	// Metadata passes through: names survive the crash.
+	writeFile(t, p("renamed-from"), []byte("r"))
+	syncFile(t, p("renamed-from"))
+	if err := os.Rename(p("renamed-from"), p("renamed-to")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, p("unlinked"), []byte("u"))
+	syncFile(t, p("unlinked"))
+	if err := os.Remove(p("unlinked")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(p("dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("renamed-to", p("link")); err != nil {
+		t.Fatal(err)
+	}
+
+	crashLazy(t, l)
+
+	for i, c := range cases {
+		t.Run(c.name+"/after", func(t *testing.T) {
+			wantContent(t, p(fmt.Sprintf("f%d", i)), c.durable)
+		})
+	}
+	wantContent(t, p("renamed-to"), []byte("r"))
+	for _, gone := range []string{"renamed-from", "unlinked"} {
+		if _, err := os.Lstat(p(gone)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after the crash: %v, want it gone", gone, err)
+		}
+	}
+	if fi, err := os.Stat(p("dir")); err != nil || !fi.IsDir() {
+		t.Errorf("dir after the crash: %v", err)
+	}
+	if target, err := os.Readlink(p("link")); err != nil || target != "renamed-to" {
+		t.Errorf("link after the crash: %q, %v", target, err)
+	}
+}
+
+// TestLazyFSMmap: a shared read-only mapping (as bbolt makes) sees the
+// unsynced data before a crash and only the durable data after it.
+func TestLazyFSMmap(t *testing.T) {
+	l := mountLazy(t)
+	f := filepath.Join(l.Mountpoint(), "mapped")
+	durable := bytes.Repeat([]byte("d"), 8192)
+	writeFile(t, f, durable)
+	syncFile(t, f)
+	fd, err := os.OpenFile(f, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fd.WriteAt([]byte("unsynced"), 4096); err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Clone(durable)
+	copy(want[4096:], "unsynced")
+	mapped := func() []byte {
+		m, err := syscall.Mmap(int(fd.Fd()), 0, 8192, syscall.PROT_READ, syscall.MAP_SHARED)
+		if err != nil {
+			t.Fatalf("mmap %s: %v", f, err)
+		}
+		defer syscall.Munmap(m)
+		return bytes.Clone(m)
+	}
+	if got := mapped(); !bytes.Equal(got, want) {
+		t.Errorf("mmap before the crash: bytes 4096.. %q, want %q", got[4096:4110], want[4096:4110])
+	}
+	fd.Close()
+	crashLazy(t, l)
+	if fd, err = os.Open(f); err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	if got := mapped(); !bytes.Equal(got, durable) {
+		t.Errorf("mmap after the crash: bytes 4096.. %q, want %q", got[4096:4110], durable[4096:4110])
+	}
+}
+
+// TestLazyFSCmfs: cmfs over a lazyfs mount reads, writes and maps files
+// and journals them.
+func TestLazyFSCmfs(t *testing.T) {
+	l := mountLazy(t)
+	backing := filepath.Join(l.Mountpoint(), "backing")
+	if err := os.Mkdir(backing, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	debug := filepath.Join(t.TempDir(), "fuse.log")
+	t.Setenv("CMFS_FUSE_DEBUG", debug)
+	m := mountAt(t, backing)
+	f := m.path("db.db/t/p=1/part-0")
+	data := bytes.Repeat([]byte("cmfs over lazyfs\n"), 500)
+	writeFile(t, f, data)
+	wantContent(t, f, data)
+	wantContent(t, m.backing("db.db/t/p=1/part-0"), data)
+	fd, err := os.OpenFile(f, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	if _, err := fd.WriteAt([]byte("CMFS"), 0); err != nil {
+		t.Fatal(err)
+	}
+	copy(data, "CMFS")
+	mm, err := syscall.Mmap(int(fd.Fd()), 0, len(data), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		t.Fatalf("mmap through cmfs: %v", err)
+	}
+	if !bytes.Equal(mm, data) {
+		t.Errorf("mmap through cmfs: %q, want %q", head(mm), head(data))
+	}
+	syscall.Munmap(mm)
+	fd.Close()
+	wantContent(t, m.backing("db.db/t/p=1/part-0"), data)
+	evs := events(t, m.State)
+	// With passthrough, cmfs hands its backing files (on lazyfs) to the
+	// kernel and never sees a WRITE; go-fuse's debug log says whether the
+	// kernel took them (it refuses with ELOOP when the backing filesystem
+	// itself negotiated passthrough, and go-fuse then serves every write).
+	log := string(readFile(t, debug))
+	opens := grepLines(log, "BACKING_OPEN")
+	if opens == "" || strings.Count(opens, "\n")+1 != strings.Count(opens, "(errno 0)") {
+		t.Errorf("cmfs over lazyfs: the kernel refused passthrough; cmfs's FUSE log says:\n%s", opens)
+	}
+	if w := regexp.MustCompile(`rx \d+: WRITE .*`).FindString(log); w != "" {
+		t.Errorf("cmfs over lazyfs: a write reached cmfs, not passthrough: %s", w)
+	}
+	if last := evs[len(evs)-1]; len(last.Files) == 0 || last.Files[0].XXH64 != journal.Sum(data) {
+		t.Errorf("last event %+v, want the new content's xxh64 %s", last, journal.Sum(data))
+	}
+	checkJournalMatchesTree(t, backing, m.State)
+}
+
+// TestLazyFSCrashWhileHeld: a crash detaches a mount a survivor still
+// holds; the survivor's writes fail, and the fresh mount has only the
+// durable bytes.
+func TestLazyFSCrashWhileHeld(t *testing.T) {
+	l := mountLazy(t)
+	f := filepath.Join(l.Mountpoint(), "held")
+	writeFile(t, f, []byte("durable"))
+	syncFile(t, f)
+	fd, err := os.OpenFile(f, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	if _, err := fd.WriteAt([]byte("DURABLE, not"), 0); err != nil {
+		t.Fatal(err)
+	}
+	crashLazy(t, l)
+	if _, err := fd.WriteAt([]byte("x"), 0); errnoOf(err) != syscall.EIO {
+		t.Errorf("write through the crashed mount: %v, want EIO", err)
+	}
+	if err := fd.Sync(); errnoOf(err) != syscall.EIO {
+		t.Errorf("fsync through the crashed mount: %v, want EIO", err)
+	}
+	fd.Close()
+	wantContent(t, f, []byte("durable"))
+}
