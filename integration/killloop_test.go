@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -72,8 +71,10 @@ func TestKillShellWriters(t *testing.T) {
 		// Remounting runs recovery; the next round writes through it.
 		m := mountAt(t, backing)
 		m.unmount(t)
-		if res := checkJournalMatchesTree(t, backing, state); res != "" {
-			t.Fatalf("round %d: the journal lies about the tree:\n%s", round, res)
+		bad := journalTreeViolations(t, backing, state)
+		bad = append(bad, lostOriginals(t, filepath.Join(state, "cmroot"), events(t, state))...)
+		if len(bad) > 0 {
+			t.Fatalf("round %d: after kill -9 and remount:\n%s", round, strings.Join(bad, "\n"))
 		}
 	}
 	if n := len(events(t, state)); n < 100 {
@@ -136,155 +137,4 @@ func (f *foreground) wait(t *testing.T) {
 	forceUnmount(t, f.mp)
 	waitFor(t, 10*time.Second, "dead mount to go", func() bool { return !isMounted(f.mp) })
 	live.Delete(f.mp)
-}
-
-// lastWord is what the journal says a path holds.
-type lastWord struct {
-	kind      string // "file", "dir", "symlink"
-	size      int64
-	xxh64     string
-	eventID   uint64
-	eventType string
-}
-
-// journalTree replays events into the tree they describe: every path the
-// journal last left in existence, with the content its latest event gave
-// it. Directory renames move everything below; RMDIR and the DROP types
-// remove the directory.
-func journalTree(t testing.TB, state string) map[string]lastWord {
-	t.Helper()
-	tree := map[string]lastWord{}
-	move := func(from, to string) {
-		for p, w := range tree {
-			if p == from || strings.HasPrefix(p, from+"/") {
-				delete(tree, p)
-				tree[to+strings.TrimPrefix(p, from)] = w
-			}
-		}
-	}
-	for _, e := range events(t, state) {
-		at := func(kind string) lastWord { return lastWord{kind: kind, eventID: e.ID, eventType: string(e.Type)} }
-		switch e.Type {
-		case "MKDIR", "CREATE_DATABASE", "CREATE_TABLE", "ADD_PARTITION":
-			tree[e.Path] = at("dir")
-		case "RMDIR", "DROP_DATABASE", "DROP_TABLE", "DROP_PARTITION":
-			for p := range tree {
-				if p == e.Path || strings.HasPrefix(p, e.Path+"/") {
-					delete(tree, p)
-				}
-			}
-		case "DELETE":
-			delete(tree, e.Path)
-		case "SYMLINK":
-			tree[e.Path] = at("symlink")
-		case "RENAME", "RENAME_DATABASE", "RENAME_TABLE", "RENAME_PARTITION":
-			if e.Target == "exchange" {
-				tmp := "\x00exchange"
-				move(e.Path, tmp)
-				move(e.NewPath, e.Path)
-				move(tmp, e.NewPath)
-			} else {
-				for p := range tree {
-					if p == e.NewPath || strings.HasPrefix(p, e.NewPath+"/") {
-						delete(tree, p)
-					}
-				}
-				move(e.Path, e.NewPath)
-			}
-		}
-		for _, f := range e.Files {
-			if f.CM == "" {
-				w := at("file")
-				w.size, w.xxh64 = f.Size, f.XXH64
-				tree[f.Path] = w
-			}
-		}
-	}
-	return tree
-}
-
-// checkJournalMatchesTree compares the journal's last word on every path
-// with the backing tree (the state directory left out) and checks that
-// every cmroot entry an event names is there with its content. It returns
-// the differences, "" when there are none.
-func checkJournalMatchesTree(t testing.TB, backing, state string) string {
-	t.Helper()
-	want := journalTree(t, state)
-	var diffs []string
-	var files []string
-	got := map[string]string{}
-	err := filepath.Walk(backing, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(backing, p)
-		rel = filepath.ToSlash(rel)
-		switch {
-		case rel == ".":
-			return nil
-		case p == state || rel == ".cmfs":
-			return filepath.SkipDir
-		case fi.IsDir():
-			got[rel] = "dir"
-		case fi.Mode()&os.ModeSymlink != 0:
-			got[rel] = "symlink"
-		case fi.Mode().IsRegular():
-			got[rel] = "file"
-			files = append(files, p)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sums := xxhsums(t, files...)
-	for rel, kind := range got {
-		w, ok := want[rel]
-		switch {
-		case !ok:
-			diffs = append(diffs, fmt.Sprintf("%s: a %s in the tree, no event says it exists", rel, kind))
-		case w.kind != kind:
-			diffs = append(diffs, fmt.Sprintf("%s: a %s in the tree, event %d (%s) says a %s", rel, kind, w.eventID, w.eventType, w.kind))
-		case kind == "file":
-			p := filepath.Join(backing, filepath.FromSlash(rel))
-			fi, err := os.Lstat(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fi.Size() != w.size || sums[p] != w.xxh64 {
-				diffs = append(diffs, fmt.Sprintf("%s: tree holds %d bytes xxh64 %s, event %d (%s) says %d bytes %s",
-					rel, fi.Size(), sums[p], w.eventID, w.eventType, w.size, w.xxh64))
-			}
-		}
-	}
-	for rel, w := range want {
-		if _, ok := got[rel]; !ok {
-			diffs = append(diffs, fmt.Sprintf("%s: event %d (%s) says a %s, the tree has nothing", rel, w.eventID, w.eventType, w.kind))
-		}
-	}
-	cm := filepath.Join(state, "cmroot")
-	originals := map[string]string{} // entry path → the xxh64 events give it
-	for _, e := range events(t, state) {
-		for _, f := range e.Files {
-			if f.CM == "" {
-				continue
-			}
-			p, err := cmEntry(cm, f.CM)
-			if err != nil {
-				diffs = append(diffs, fmt.Sprintf("event %d (%s %s): original %s: %v", e.ID, e.Type, e.Path, f.CM, err))
-				continue
-			}
-			originals[p] = f.XXH64
-		}
-	}
-	paths := make([]string, 0, len(originals))
-	for p := range originals {
-		paths = append(paths, p)
-	}
-	for p, sum := range xxhsums(t, paths...) {
-		if sum != originals[p] {
-			diffs = append(diffs, fmt.Sprintf("original %s hashes to %s, events say %s", p, sum, originals[p]))
-		}
-	}
-	return strings.Join(diffs, "\n")
 }
