@@ -242,3 +242,71 @@ func describe(e *journal.Event) string {
 	}
 	return "#" + strconv.FormatUint(e.ID, 10) + " " + b.String()
 }
+
+// TestHardLinkReplica loads replicas of a warehouse where a file with
+// hard links in two partitions is appended to through one of them:
+// incrementally on top of a BOOTSTRAP, from event 1, and by a BOOTSTRAP
+// from the catalog (kept current from the journal), through the real CLI.
+// Every replica must hold the new content under every name.
+func TestHardLinkReplica(t *testing.T) {
+	replicadPath(t)
+	m := mount(t)
+	const (
+		a = "w.db/t/p=1/a"
+		b = "w.db/t/p=1/b"
+		c = "w.db/t/p=2/c"
+	)
+	for _, d := range []string{"w.db", "w.db/t", "w.db/t/p=1", "w.db/t/p=2"} {
+		if err := os.Mkdir(m.path(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, m.path(a), original(a))
+	dumps := t.TempDir()
+	src := fetchFrom{State: m.State}
+
+	// A BOOTSTRAP builds the catalog and a first replica.
+	boot := replDump(t, m.State, dumps)
+	bootstrapped := t.TempDir()
+	replLoad(t, boot.Dump, bootstrapped, src)
+	checkTarget(t, "BOOTSTRAP before the links", bootstrapped, sourceTree(t, m))
+
+	for _, l := range []string{b, c} {
+		if err := os.Link(m.path(a), m.path(l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.OpenFile(m.path(a), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("more\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := sourceTree(t, m)
+	last := lastEventID(t, m.State)
+
+	t.Run("incremental after BOOTSTRAP", func(t *testing.T) {
+		d := incremental(t, m.State, dumps, boot.To+1, last)
+		replLoad(t, d.Dump, bootstrapped, src)
+		checkTarget(t, "incremental after the append", bootstrapped, want)
+	})
+	t.Run("incremental from event 1", func(t *testing.T) {
+		d := incremental(t, m.State, dumps, 1, last)
+		target := t.TempDir()
+		replLoad(t, d.Dump, target, src)
+		checkTarget(t, "incremental from event 1", target, want)
+	})
+	t.Run("BOOTSTRAP from the catalog", func(t *testing.T) {
+		d := replDump(t, m.State, dumps)
+		if d.To != last {
+			t.Fatalf("BOOTSTRAP at %d, want %d", d.To, last)
+		}
+		target := t.TempDir()
+		replLoad(t, d.Dump, target, src)
+		checkTarget(t, "BOOTSTRAP from the catalog", target, want)
+	})
+}
