@@ -26,6 +26,21 @@
 //   - rmdir of a database, table or partition is one structural event;
 //     rm -r yields one DELETE per file first.
 //
+// A change to the content of a file with several hard links (write,
+// truncate, O_TRUNC) is journaled under every name the file has in the
+// protected tree, one event per table partition the names lie in, all in
+// one commit. go-fuse knows one path per node, and only names looked up
+// during this mount, so the names come from a link index (links.go):
+// inode → tree names of every multiply-linked file, built by one walk of
+// the backing tree (state directory and scratch space left out) the first
+// time such a file changes, kept current by link, unlink and rename
+// through the mount, checked at each use (every name must still hold the
+// inode, and the names must number the file's tree links) and walked again
+// when stale. A file with one link never reaches it: the cost is one
+// comparison of st_nlink. Links in scratch space or outside the backing
+// directory are not names; the walk that finds fewer names than links
+// remembers so, and walks again only when the link count changes.
+//
 // Every event is durable before the operation returns. If an original
 // cannot be preserved the operation fails with that error and the original
 // stays where it was (fail closed).

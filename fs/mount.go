@@ -53,6 +53,7 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 		return nil, fmt.Errorf("cmroot %s: %w", store.Dir(), err)
 	}
 	r.cmSameDev = cst.Dev == bst.Dev
+	r.links = newLinkIndex(backing, func(rel string) bool { return r.isHidden(rel) || r.excluded(rel) }, r.treeLinks)
 	// Replacement inodes are made in the state directory when it shares
 	// the backing filesystem; elsewhere O_TRUNC copies the original.
 	tmp := filepath.Join(cfg.State, "tmp")

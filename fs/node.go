@@ -267,6 +267,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		n.r.undo(orig, abs)
 		return toErrno(err)
 	}
+	n.r.unlinkedName(rel, &st)
 	return 0
 }
 
@@ -343,6 +344,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		n.r.undoAll(kept)
 		return toErrno(err)
 	}
+	n.r.renamedNames(oldRel, newRel, &src, &tst, targetExists && flags&unix.RENAME_NOREPLACE == 0, newEx, flags)
 	switch {
 	case oldEx && newEx:
 		return 0
@@ -439,6 +441,7 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	}
 	out.Attr.FromStat(&st)
 	out.Ino = tn.StableAttr().Ino
+	n.r.linkedName(trel, rel, &st)
 	// A second name of the same inode is the same node.
 	if n.r.excluded(rel) {
 		return tn.EmbeddedInode(), 0

@@ -98,8 +98,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	mayReplace := trunc && st.Size > 0 && n.r.tmpDir != ""
 	if mayReplace {
 		// Checksum before taking the gate, so the swap under it finds the
-		// sum cached instead of stalling every release while it reads.
+		// sum cached instead of stalling every release while it reads;
+		// likewise the names of a linked file.
 		n.r.sumPath(abs)
+		n.r.linkNames(rel, &st)
 		// Exclusive against releases: see root.gate.
 		n.r.gate.Lock()
 		defer n.r.gate.Unlock()
@@ -148,9 +150,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 				return nil, 0, toErrno(err)
 			}
 		}
-		orig.Path = rel
-		e := fileEvent(journal.Truncate, rel, journal.File{Path: rel, Size: 0, XXH64: emptySum}, orig.File)
-		if err := n.r.emit(ctx, e); err != nil {
+		// Truncated in place, the file is empty under all its names.
+		names := n.r.linkNames(rel, &st)
+		events := contentEvents(journal.Truncate, rel, names, journal.File{Size: 0, XXH64: emptySum}, &orig.File)
+		if err := n.r.emit(ctx, events...); err != nil {
 			f.Close()
 			return nil, 0, toErrno(err)
 		}
@@ -273,7 +276,10 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	fh, _ := f.(*file)
 	mayReplace := fh == nil && size == 0 && n.r.tmpDir != ""
 	if mayReplace {
-		n.r.sumPath(abs) // as in Open
+		// As in Open.
+		if _, st, err := n.r.sumPath(abs); err == nil {
+			n.r.linkNames(rel, st)
+		}
 		n.r.gate.Lock()
 		defer n.r.gate.Unlock()
 	}
@@ -295,6 +301,7 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	it := intent{Type: journal.Truncate, Path: rel}
 	slot, done := n.r.intend(&it)
 	defer done()
+	names := n.r.linkNames(rel, &st)
 
 	var orig *preserved
 	if st.Size > 0 {
@@ -326,9 +333,6 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 			orig = &p
 		}
 	}
-	if orig != nil {
-		orig.Path = rel
-	}
 	if errno := n.setattr(ctx, f, in, out); errno != 0 {
 		if orig != nil && in.Valid&fuse.FATTR_SIZE != 0 {
 			n.r.undo(*orig, "")
@@ -341,11 +345,11 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 			return toErrno(err)
 		}
 	}
-	files := []journal.File{{Path: rel, Size: int64(size), XXH64: sum}}
+	var o *journal.File
 	if orig != nil {
-		files = append(files, orig.File)
+		o = &orig.File
 	}
-	return toErrno(n.r.emit(ctx, fileEvent(journal.Truncate, rel, files...)))
+	return toErrno(n.r.emit(ctx, contentEvents(journal.Truncate, rel, names, journal.File{Size: int64(size), XXH64: sum}, o)...))
 }
 
 // setattr is the plain loopback setattr, with cmroot's links hidden.
@@ -426,13 +430,13 @@ func (f *file) Flush(ctx context.Context) syscall.Errno {
 		f.orig, f.last, f.synced = nil, statState(cur), true
 		return 0
 	}
-	files := []journal.File{{Path: rel, Size: cur.Size, XXH64: sum}}
+	var orig *journal.File
 	if f.orig != nil {
-		o := f.orig.File
-		o.Path = rel
-		files = append(files, o)
+		orig = &f.orig.File
 	}
-	if err := r.emit(ctx, fileEvent(journal.Write, rel, files...)); err != nil {
+	// Every name of the file holds the new content.
+	names := r.linkNames(rel, cur)
+	if err := r.emit(ctx, contentEvents(journal.Write, rel, names, journal.File{Size: cur.Size, XXH64: sum}, orig)...); err != nil {
 		return toErrno(err)
 	}
 	f.orig, f.last, f.synced = nil, statState(cur), true

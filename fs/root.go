@@ -50,6 +50,10 @@ type root struct {
 	// that build a root by hand.
 	inflight *inflight
 
+	// links knows every tree name of multiply-linked files (links.go);
+	// nil in tests that build a root by hand.
+	links *linkIndex
+
 	// swaps maps an inode cmfs swapped in to the node it belongs to.
 	swapMu sync.Mutex
 	swaps  map[uint64]swap

@@ -86,9 +86,21 @@ func (a *ahead) produce(steps iter.Seq[step]) {
 	for s := range steps {
 		if s.err == nil {
 			s.jobs = make([]*staged, len(s.adds))
+			var seen map[content]bool
 			for i, f := range s.adds {
 				if !a.l.fetchesAhead(s.e, f) {
 					continue
+				}
+				// The other names of a hard-linked file are linked to
+				// the first one (apply), not fetched.
+				if seen[contentOf(f)] {
+					continue
+				}
+				if len(s.adds) > 1 {
+					if seen == nil {
+						seen = map[content]bool{}
+					}
+					seen[contentOf(f)] = true
 				}
 				select {
 				case a.window <- struct{}{}:

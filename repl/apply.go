@@ -122,10 +122,16 @@ func (l *loader) apply(e *journal.Event, adds []journal.File, jobs []*staged) er
 	if err != nil {
 		return err
 	}
+	// The names of a file with hard links share its content: it is
+	// fetched for the first and linked to the others.
+	var placed map[content]string
 	for i, f := range adds {
 		var j *staged
 		if jobs != nil {
 			j = jobs[i]
+		}
+		if from, ok := placed[contentOf(f)]; ok && j == nil && l.linkTo(from, f.Path) == nil {
+			continue
 		}
 		if trusted && f.Path == e.NewPath {
 			// Moved into place by the event itself: the content the
@@ -139,8 +145,50 @@ func (l *loader) apply(e *journal.Event, adds []journal.File, jobs []*staged) er
 		if err := l.put(f, j); err != nil {
 			return err
 		}
+		// Inside the fuzzy window put may have skipped content found
+		// nowhere: only content known in place is linked from.
+		if i < len(adds)-1 && f.Size > 0 && !l.fuzzy {
+			if placed == nil {
+				placed = map[content]string{}
+			}
+			placed[contentOf(f)] = f.Path
+		}
 	}
 	return nil
+}
+
+// content identifies what a file holds.
+type content struct {
+	size  int64
+	xxh64 string
+}
+
+func contentOf(f journal.File) content { return content{f.Size, f.XXH64} }
+
+// linkTo makes rel another name of the file at from, which holds the
+// content rel must hold (verified when it was placed): staged as a link
+// and renamed into place, so rel is replaced atomically.
+func (l *loader) linkTo(from, rel string) error {
+	src, err := l.abs(from)
+	if err != nil {
+		return err
+	}
+	p, err := l.abs(rel)
+	if err != nil {
+		return err
+	}
+	if dir := path.Dir(rel); dir != "." {
+		if err := l.mkdirs(dir); err != nil {
+			return err
+		}
+	}
+	tmp := filepath.Join(l.staging, "link")
+	os.Remove(tmp)
+	if err := os.Link(src, tmp); err != nil {
+		return err
+	}
+	defer os.Remove(tmp) // left when p was already a name of src
+	return os.Rename(tmp, p)
 }
 
 func (l *loader) remove(rel string) error {

@@ -104,6 +104,10 @@
 // with the walk; they are applied tolerantly (content found nowhere is
 // skipped and counted in LoadResult.Missing; a rename whose both ends
 // exist keeps the destination), and the target is exact from walk_end on.
+// Files of one event with the same size and xxh64 (the names of a
+// hard-linked file, as cmfs journals a write to it) are fetched once and
+// linked to the other names at the target; the loader never changes a
+// file in place, so such links never carry a later change along.
 // Content that a later event renamed away (renames preserve nothing in
 // cmroot) is looked for under the names later RENAME and LINK events gave
 // it (LocalFetcher.Moved; the source service does the same). Mode, owner and
