@@ -183,7 +183,7 @@ func TestDamagedFile(t *testing.T) {
 				wantCorrupt(t, name, path, err)
 				if err != nil {
 					failed = append(failed, name)
-				t.Logf("%s: %v", name, err)
+					t.Logf("%s: %v", name, err)
 				}
 			}
 			// What the unmounted commands do: a read-only Log.
