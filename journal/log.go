@@ -304,7 +304,13 @@ func (l *Log) view(fn func(*bolt.Tx) error) error {
 		return err
 	})
 	if err != nil {
-		return asCorrupt(lockErr(err))
+		if err = asCorrupt(lockErr(err)); errors.Is(err, ErrCorrupt) {
+			// bbolt says only "checksum error": say which page.
+			if cerr := boltcheck.Check(l.path); cerr != nil {
+				err = asCorrupt(cerr)
+			}
+		}
+		return err
 	}
 	err = boltcheck.Guard(func() error { return db.View(fn) })
 	if cerr := db.Close(); err == nil {
