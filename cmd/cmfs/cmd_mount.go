@@ -118,6 +118,12 @@ func planMount(opts mountOptions, args []string) (mountPlan, error) {
 		}
 		excludes = append(excludes, g)
 	}
+	// Symlinks resolved, so that a cmroot spelled through one is compared
+	// as what it is.
+	state, cmrootDir = resolvePath(state), resolvePath(cmrootDir)
+	if err := checkStateDirs(backing, state, cmrootDir); err != nil {
+		return p, err
+	}
 	mnt, err := checkMountpoint(args[1], backing, state)
 	if err != nil {
 		return p, err
@@ -151,6 +157,21 @@ func planMount(opts mountOptions, args []string) (mountPlan, error) {
 		return p, err
 	}
 	return mountPlan{mountpoint: mnt, cfg: cfg.WithDefaults()}, nil
+}
+
+// resolvePath returns p with the symlinks of its longest existing prefix
+// resolved (the rest may not exist yet).
+func resolvePath(p string) string {
+	rest := ""
+	for d := p; ; d = filepath.Dir(d) {
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if filepath.Dir(d) == d {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(d), rest)
+	}
 }
 
 // prepareState creates the state directory (0700) and checks that it is
