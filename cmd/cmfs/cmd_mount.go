@@ -429,6 +429,11 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 		if c, _ := live(ctx, plan.target()); c != nil {
 			c.Close()
 			if ok, _ := isMountpoint(plan.mountpoint); ok {
+				// What the mount process said on its way up (recovery
+				// findings) is for the operator, not only for the log.
+				for _, l := range linesSince(logPath, start) {
+					fmt.Fprintln(g.stderr, l)
+				}
 				if opts.debug {
 					fmt.Fprintf(g.stderr, "cmfs: mounted %s on %s (pid %d, log %s)\n", cfg.Backing, plan.mountpoint, child.Process.Pid, logPath)
 				}
@@ -436,6 +441,28 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 			}
 		}
 	}
+}
+
+// linesSince returns the non-empty lines written to the file after
+// offset.
+func linesSince(path string, offset int64) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil
+	}
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // lastLine returns the last non-empty line written to the file after
