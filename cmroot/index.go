@@ -1,6 +1,7 @@
 package cmroot
 
 import (
+	"github.com/cmfs-project/cmfs/internal/boltcheck"
 	"github.com/cmfs-project/cmfs/internal/durable"
 
 	"encoding/binary"
@@ -102,15 +103,36 @@ func boltOptions() *bolt.Options {
 	}
 }
 
-// openBolt opens the index file, turning bbolt's panics on a damaged file
-// into errors.
+// openBolt opens the index file, turning a damaged file into an error
+// wrapping bolterrors.ErrInvalid: the pages are checked first (bbolt's
+// freelist rebuild panics in a goroutine of its own on a damaged one,
+// which nothing could recover), and bbolt's panics are recovered.
 func openBolt(path string) (db *bolt.DB, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			db, err = nil, fmt.Errorf("%w: %v", bolterrors.ErrInvalid, p)
+	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+		if err := boltcheck.Check(path); err != nil {
+			return nil, fmt.Errorf("%w: %v", bolterrors.ErrInvalid, err)
 		}
-	}()
-	return bolt.Open(path, 0o600, boltOptions())
+	}
+	err = boltcheck.Guard(func() (err error) {
+		db, err = bolt.Open(path, 0o600, boltOptions())
+		return err
+	})
+	var p *boltcheck.Panic
+	if errors.As(err, &p) {
+		return nil, fmt.Errorf("%w: %v", bolterrors.ErrInvalid, p)
+	}
+	return db, err
+}
+
+// guard runs fn, a read or write of the open index, and turns bbolt's
+// panics on a page damaged since Open into ErrCorrupt naming the file.
+func (s *Store) guard(fn func() error) error {
+	err := boltcheck.Guard(fn)
+	var p *boltcheck.Panic
+	if errors.As(err, &p) {
+		return fmt.Errorf("index %s: %v: %w", filepath.Join(s.dir, indexFile), p, ErrCorrupt)
+	}
+	return err
 }
 
 func corruptIndex(err error) bool {
@@ -351,7 +373,9 @@ func (s *Store) view(fn func(b *bolt.Bucket) error) error {
 	if s.closed {
 		return ErrClosed
 	}
-	return s.db.View(func(tx *bolt.Tx) error { return fn(tx.Bucket(entriesBucket)) })
+	return s.guard(func() error {
+		return s.db.View(func(tx *bolt.Tx) error { return fn(tx.Bucket(entriesBucket)) })
+	})
 }
 
 // The index is written behind: put records a change in memory (pend),
@@ -486,6 +510,10 @@ func (s *Store) commit(batch map[string]*record) error {
 	if s.closed {
 		return ErrClosed
 	}
+	return s.guard(func() error { return s.commitTx(batch) })
+}
+
+func (s *Store) commitTx(batch map[string]*record) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(entriesBucket)
 		for name, r := range batch {

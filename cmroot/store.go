@@ -27,6 +27,11 @@ var (
 	ErrInUse = errors.New("cmroot: store is in use by another process")
 	// ErrClosed is returned by operations on a closed Store.
 	ErrClosed = errors.New("cmroot: store is closed")
+	// ErrCorrupt is wrapped, with the index file's name, when bbolt
+	// panics on a page of the index damaged since Open. (Open itself
+	// rebuilds a damaged index from the directory; a corrupt entry file
+	// is what Fsck reports and moves aside.)
+	ErrCorrupt = errors.New("cmroot: index corrupt")
 )
 
 // Entry is one preserved original.

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -95,7 +96,12 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 			// O_TRUNC must arrive with OPEN, or the kernel would open the
 			// file for writing first and the original would be copied.
 			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
+			// As root, mount(2) directly and strictly: a fallback to
+			// fusermount3 would hide the kernel's reason for a refusal
+			// (an unknown option) behind "fusermount exited with code
+			// 256". EPERM (no CAP_SYS_ADMIN) still falls back below.
 			DirectMount:       os.Geteuid() == 0,
+			DirectMountStrict: os.Geteuid() == 0,
 			MaxBackground:     64,
 		},
 	}
@@ -112,7 +118,14 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 
 	raw := &gatedFS{RawFileSystem: gofs.NewNodeFS(rootNode, opts), gate: &r.gate}
 	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
+	if err != nil && opts.MountOptions.DirectMountStrict && errors.Is(err, syscall.EPERM) {
+		opts.MountOptions.DirectMount, opts.MountOptions.DirectMountStrict = false, false
+		server, err = fuse.NewServer(raw, mountpoint, &opts.MountOptions)
+	}
 	if err != nil {
+		if errors.Is(err, syscall.EINVAL) && len(mo) > 0 {
+			return nil, fmt.Errorf("the kernel refused the mount options %s (an unknown or malformed option?): %w", strings.Join(mo, ","), err)
+		}
 		return nil, err
 	}
 	go func() {

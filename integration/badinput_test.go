@@ -91,6 +91,46 @@ func TestBadInput(t *testing.T) {
 			corruptJournal(t, backing)
 			return []string{"mount", "--daemon", backing, mnt}
 		}},
+		{"cmroot equal to backing", func(t *testing.T, world string) []string {
+			backing, mnt := dirs(t, world)
+			return []string{"mount", "--daemon", "--cmroot", backing, backing, mnt}
+		}},
+		{"cmroot equal to backing, spelled differently", func(t *testing.T, world string) []string {
+			backing, mnt := dirs(t, world)
+			return []string{"mount", "--daemon", "--cmroot", backing + "/sales.db/..", backing, mnt}
+		}},
+		{"cmroot containing backing", func(t *testing.T, world string) []string {
+			backing, mnt := dirs(t, world)
+			return []string{"mount", "--daemon", "--cmroot", world, backing, mnt}
+		}},
+		{"cmroot inside a visible directory of backing", func(t *testing.T, world string) []string {
+			backing, mnt := dirs(t, world)
+			return []string{"mount", "--daemon", "--cmroot", filepath.Join(backing, "sales.db", "cm"), backing, mnt}
+		}},
+		{"cmroot inside scratch space of backing", func(t *testing.T, world string) []string {
+			backing, mnt := dirs(t, world)
+			return []string{"mount", "--daemon", "--cmroot", filepath.Join(backing, "_temporary", "cm"), backing, mnt}
+		}},
+		{"cmroot equal to the state directory", func(t *testing.T, world string) []string {
+			backing, mnt := dirs(t, world)
+			return []string{"mount", "--daemon", "--cmroot", filepath.Join(backing, ".cmfs"), backing, mnt}
+		}},
+		{"state directory equal to backing", func(t *testing.T, world string) []string {
+			backing, mnt := dirs(t, world)
+			return []string{"mount", "--daemon", "--state", backing, backing, mnt}
+		}},
+		{"state directory inside a visible directory of backing", func(t *testing.T, world string) []string {
+			backing, mnt := dirs(t, world)
+			return []string{"mount", "--daemon", "--state", filepath.Join(backing, "sales.db", "state"), backing, mnt}
+		}},
+		{"state directory equal to the mountpoint", func(t *testing.T, world string) []string {
+			backing, mnt := dirs(t, world)
+			return []string{"mount", "--daemon", "--state", mnt, backing, mnt}
+		}},
+		{"cmroot equal to the mountpoint", func(t *testing.T, world string) []string {
+			backing, mnt := dirs(t, world)
+			return []string{"mount", "--daemon", "--cmroot", mnt, backing, mnt}
+		}},
 		{"unknown flag", func(t *testing.T, world string) []string {
 			backing, mnt := dirs(t, world)
 			return []string{"mount", "--daemon", "--no-such-flag", backing, mnt}

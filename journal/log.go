@@ -11,6 +11,9 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/cmfs-project/cmfs/internal/boltcheck"
 )
 
 // Errors returned by Log.
@@ -19,8 +22,12 @@ var (
 	ErrClosed = errors.New("journal: closed")
 	// ErrReadOnly is returned by Append on a Log opened read-only.
 	ErrReadOnly = errors.New("journal: read-only")
-	// ErrCorrupt is wrapped by Verify and by readers when a stored event
-	// fails its checksum or the ids are not dense.
+	// ErrCorrupt is wrapped by Open, Verify and the readers when the file
+	// is damaged: a stored event fails its checksum, the ids are not
+	// dense, a bbolt page is damaged (the error names the page: "page N:
+	// …") or neither meta page is valid. bbolt's panics on a damaged file
+	// are recovered and reported as ErrCorrupt too. The error names the
+	// file.
 	ErrCorrupt = errors.New("journal: corrupt")
 	// ErrLocked is returned by Open when another process holds the journal
 	// for writing (a live mount).
@@ -124,28 +131,43 @@ func Open(path string, opts Options) (*Log, error) {
 		return l, nil
 	}
 
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout: lockTimeout(opts.LockTimeout),
-		NoSync:  opts.NoSync,
-		// The freelist of an append-only log is tiny; rebuilding it at
-		// open is cheaper than writing it at every commit.
-		NoFreelistSync: true,
-		FreelistType:   bolt.FreelistMapType,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("open journal %s: %w", path, lockErr(err))
+	// bbolt rebuilds the freelist of a writable open by walking every
+	// page, and panics in a goroutine of its own (which nothing can
+	// recover) at the first damaged one: check the pages first.
+	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+		if err := boltcheck.Check(path); err != nil {
+			return nil, fmt.Errorf("open journal %s: %w", path, asCorrupt(err))
+		}
 	}
-	if err := initDB(db); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open journal %s: %w", path, err)
-	}
-	var last uint64
-	err = db.View(func(tx *bolt.Tx) error {
-		var err error
-		last, err = lastID(tx)
+	var db *bolt.DB
+	err := boltcheck.Guard(func() (err error) {
+		db, err = bolt.Open(path, 0o600, &bolt.Options{
+			Timeout: lockTimeout(opts.LockTimeout),
+			NoSync:  opts.NoSync,
+			// The freelist of an append-only log is tiny; rebuilding it at
+			// open is cheaper than writing it at every commit.
+			NoFreelistSync: true,
+			FreelistType:   bolt.FreelistMapType,
+		})
 		return err
 	})
 	if err != nil {
+		return nil, fmt.Errorf("open journal %s: %w", path, asCorrupt(lockErr(err)))
+	}
+	if err := boltcheck.Guard(func() error { return initDB(db) }); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open journal %s: %w", path, asCorrupt(err))
+	}
+	var last uint64
+	err = boltcheck.Guard(func() error {
+		return db.View(func(tx *bolt.Tx) error {
+			var err error
+			last, err = lastID(tx)
+			return err
+		})
+	})
+	if err != nil {
+		err = asCorrupt(err)
 		db.Close()
 		return nil, fmt.Errorf("open journal %s: %w", path, err)
 	}
@@ -170,6 +192,22 @@ func lockTimeout(d time.Duration) time.Duration {
 func lockErr(err error) error {
 	if errors.Is(err, bolt.ErrTimeout) {
 		return ErrLocked
+	}
+	return err
+}
+
+// asCorrupt makes what says the file is damaged — a recovered bbolt panic, a
+// damaged page, bbolt's own refusal of the meta pages — wrap ErrCorrupt.
+func asCorrupt(err error) error {
+	var p *boltcheck.Panic
+	var pe *boltcheck.PageError
+	switch {
+	case err == nil || errors.Is(err, ErrCorrupt):
+		return err
+	case errors.As(err, &p), errors.As(err, &pe), errors.Is(err, boltcheck.ErrMeta),
+		errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum),
+		errors.Is(err, bolterrors.ErrVersionMismatch):
+		return fmt.Errorf("%v: %w", err, ErrCorrupt)
 	}
 	return err
 }
@@ -244,27 +282,47 @@ func keyID1(k []byte) uint64 { id, _ := keyID(k); return id }
 
 // view runs fn in a read transaction. A read-only Log opens the database
 // for just this call, so that the shared lock is held only while reading.
+// bbolt reads pages lazily and panics on a damaged one: view recovers and
+// returns ErrCorrupt (wrapped, without the file's name: callers add it).
 func (l *Log) view(fn func(*bolt.Tx) error) error {
 	if l.isClosed.Load() {
 		return ErrClosed
 	}
 	if l.db != nil {
-		err := l.db.View(fn)
+		err := boltcheck.Guard(func() error { return l.db.View(fn) })
 		if errors.Is(err, bolt.ErrDatabaseNotOpen) {
 			return ErrClosed
 		}
-		return err
+		return asCorrupt(err)
 	}
-	db, err := bolt.Open(l.path, 0o600, &bolt.Options{
-		ReadOnly: true,
-		Timeout:  lockTimeout(l.opts.LockTimeout),
+	var db *bolt.DB
+	err := boltcheck.Guard(func() (err error) {
+		db, err = bolt.Open(l.path, 0o600, &bolt.Options{
+			ReadOnly: true,
+			Timeout:  lockTimeout(l.opts.LockTimeout),
+		})
+		return err
 	})
 	if err != nil {
-		return lockErr(err)
+		if err = asCorrupt(lockErr(err)); errors.Is(err, ErrCorrupt) {
+			// bbolt says only "checksum error": say which page.
+			if cerr := boltcheck.Check(l.path); cerr != nil {
+				err = asCorrupt(cerr)
+			}
+		}
+		return err
 	}
-	err = db.View(fn)
+	err = boltcheck.Guard(func() error { return db.View(fn) })
 	if cerr := db.Close(); err == nil {
 		err = cerr
+	}
+	return asCorrupt(err)
+}
+
+// named adds the file's name to an error that says it is damaged.
+func (l *Log) named(err error) error {
+	if errors.Is(err, ErrCorrupt) {
+		return fmt.Errorf("journal %s: %w", l.path, err)
 	}
 	return err
 }
@@ -399,7 +457,7 @@ func (l *Log) Range(from, to uint64, fn func(*Event) error) error {
 			return nil
 		})
 		if err != nil {
-			return err
+			return l.named(err)
 		}
 		for _, e := range buf {
 			if err := fn(e); err != nil {
@@ -421,19 +479,27 @@ func (l *Log) Get(id uint64) (*Event, error) {
 	var e *Event
 	err := l.view(func(tx *bolt.Tx) error {
 		var v []byte
-		if b := tx.Bucket(eventsBucket); b != nil {
+		b := tx.Bucket(eventsBucket)
+		if b != nil {
 			var key [keyLen]byte
 			putKey(key[:], id)
 			v = b.Get(key[:])
 		}
 		if v == nil {
+			// Ids are dense: one below the newest is missing only from a
+			// damaged file.
+			if b != nil && id > 0 {
+				if k, _ := b.Cursor().Last(); keyID1(k) > id {
+					return fmt.Errorf("event %d: missing, the log ends at %d: %w", id, keyID1(k), ErrCorrupt)
+				}
+			}
 			return fmt.Errorf("get event %d: %w", id, ErrNotFound)
 		}
 		var err error
 		e, err = decodeRecord(id, v)
 		return err
 	})
-	return e, err
+	return e, l.named(err)
 }
 
 // Wait blocks until the log holds an event with id > after, or ctx ends,
@@ -471,7 +537,7 @@ func (l *Log) poll(ctx context.Context, after uint64) (uint64, error) {
 	for {
 		last, err := l.readLast()
 		if err != nil {
-			return l.last.Load(), err
+			return l.last.Load(), l.named(err)
 		}
 		if last > after {
 			return last, nil

@@ -4,18 +4,30 @@ import (
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/cmfs-project/cmfs/internal/boltcheck"
 )
 
 // Verify checks the journal's invariants: ids dense from 1 and strictly
 // increasing, every record's checksum, every event decodable, with a
 // non-empty type and path, and every file's xxh64 well-formed.
 //
+// A read-only Log also checks every bbolt page (a writer did at Open):
+// an id that is not its own, a page type that does not belong, elements
+// outside their page, keys out of order.
+//
 // It reads the whole log in one read transaction. Errors: ErrCorrupt
-// (wrapped, naming the id), ErrClosed, ErrLocked.
+// (wrapped, naming the id or the damaged page), ErrClosed, ErrLocked.
 func (l *Log) Verify() error {
 	committed := l.last.Load()
 	var last uint64
 	err := l.view(func(tx *bolt.Tx) error {
+		if l.db == nil {
+			// Under the shared lock: no writer changes the file meanwhile.
+			if err := boltcheck.Check(l.path); err != nil {
+				return asCorrupt(err)
+			}
+		}
 		if err := checkVersion(tx); err != nil {
 			return fmt.Errorf("%v: %w", err, ErrCorrupt)
 		}

@@ -5,6 +5,7 @@ import (
 
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -47,6 +48,16 @@ entry is missing or corrupt (after --repair: when the repair left one).`,
 }
 
 func runFsck(ctx context.Context, g *globalOptions, opts fsckOptions, args []string) error {
+	err := fsck(ctx, g, opts, args)
+	if errors.Is(err, journal.ErrCorrupt) {
+		return &cli.ExitError{Code: 1, Msg: fmt.Sprintf("%v; the journal cannot be repaired in place: "+
+			"restore it from a backup, or move it aside and mount again to start an empty journal "+
+			"(its events are lost; cmroot keeps the originals until gc)", err)}
+	}
+	return err
+}
+
+func fsck(ctx context.Context, g *globalOptions, opts fsckOptions, args []string) error {
 	t, _, err := opts.resolve(args, false)
 	if err != nil {
 		return err
@@ -72,6 +83,9 @@ func runFsck(ctx context.Context, g *globalOptions, opts fsckOptions, args []str
 			return err
 		}
 		defer off.Close()
+		if err := off.j.Verify(); err != nil {
+			return err
+		}
 		if rep, err = control.FsckRetain(off.j, off.store, opts.repair, t.record.Retention(), time.Now()); err != nil {
 			return err
 		}
@@ -149,7 +163,11 @@ func problems(r control.Report) string {
 	if r.Repaired {
 		return fmt.Sprintf("%d entries missing or corrupt after repair", len(r.Remaining))
 	}
-	return fmt.Sprintf("%d missing, %d corrupt entries", len(r.Missing), len(r.Corrupt))
+	msg := fmt.Sprintf("%d missing, %d corrupt entries", len(r.Missing), len(r.Corrupt))
+	if len(r.Corrupt) > 0 {
+		msg += " (cmfs fsck --repair moves corrupt entries aside to CMROOT/.corrupt)"
+	}
+	return msg
 }
 
 // recoverOffline journals the changes a mount that died left without

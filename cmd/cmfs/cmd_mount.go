@@ -118,6 +118,12 @@ func planMount(opts mountOptions, args []string) (mountPlan, error) {
 		}
 		excludes = append(excludes, g)
 	}
+	// Symlinks resolved, so that a cmroot spelled through one is compared
+	// as what it is.
+	state, cmrootDir = resolvePath(state), resolvePath(cmrootDir)
+	if err := checkStateDirs(backing, state, cmrootDir); err != nil {
+		return p, err
+	}
 	mnt, err := checkMountpoint(args[1], backing, state)
 	if err != nil {
 		return p, err
@@ -151,6 +157,21 @@ func planMount(opts mountOptions, args []string) (mountPlan, error) {
 		return p, err
 	}
 	return mountPlan{mountpoint: mnt, cfg: cfg.WithDefaults()}, nil
+}
+
+// resolvePath returns p with the symlinks of its longest existing prefix
+// resolved (the rest may not exist yet).
+func resolvePath(p string) string {
+	rest := ""
+	for d := p; ; d = filepath.Dir(d) {
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if filepath.Dir(d) == d {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(d), rest)
+	}
 }
 
 // prepareState creates the state directory (0700) and checks that it is
@@ -408,6 +429,11 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 		if c, _ := live(ctx, plan.target()); c != nil {
 			c.Close()
 			if ok, _ := isMountpoint(plan.mountpoint); ok {
+				// What the mount process said on its way up (recovery
+				// findings) is for the operator, not only for the log.
+				for _, l := range linesSince(logPath, start) {
+					fmt.Fprintln(g.stderr, l)
+				}
 				if opts.debug {
 					fmt.Fprintf(g.stderr, "cmfs: mounted %s on %s (pid %d, log %s)\n", cfg.Backing, plan.mountpoint, child.Process.Pid, logPath)
 				}
@@ -415,6 +441,28 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 			}
 		}
 	}
+}
+
+// linesSince returns the non-empty lines written to the file after
+// offset.
+func linesSince(path string, offset int64) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil
+	}
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // lastLine returns the last non-empty line written to the file after

@@ -152,3 +152,39 @@ func checkMountpoint(mnt, backing, state string) (string, error) {
 	}
 	return dir, nil
 }
+
+// checkStateDirs refuses a state directory or cmroot (all absolute) that
+// the mount would show, or that a change through the mount could reach:
+// equal to the backing directory or containing it, or inside it below a
+// directory the mount shows (renaming that directory would move them). A
+// state directory inside the backing directory must be one of its
+// entries; a cmroot inside it must be one of its entries or inside such a
+// state directory. Both are hidden from the mount then.
+func checkStateDirs(backing, state, cmrootDir string) error {
+	hiddenState := within(state, backing) && filepath.Dir(state) == backing
+	for _, d := range []struct{ what, path string }{{"state directory", state}, {"cmroot", cmrootDir}} {
+		switch {
+		case d.path == backing:
+			return fmt.Errorf("%s %s is the backing directory: the mount would show it; put it elsewhere", d.what, d.path)
+		case within(backing, d.path):
+			return fmt.Errorf("%s %s contains the backing directory %s; put it elsewhere", d.what, d.path, backing)
+		case !within(d.path, backing), filepath.Dir(d.path) == backing:
+		case d.what == "cmroot" && hiddenState && within(d.path, state):
+		default:
+			return fmt.Errorf("%s %s is inside the backing directory %s below %s, which the mount shows; put it directly in %s or outside it",
+				d.what, d.path, backing, filepath.Join(backing, strings.SplitN(mustRel(backing, d.path), string(filepath.Separator), 2)[0]), backing)
+		}
+	}
+	if cmrootDir == state {
+		return fmt.Errorf("cmroot %s is the state directory; give it a directory of its own", cmrootDir)
+	}
+	return nil
+}
+
+func mustRel(base, p string) string {
+	rel, err := filepath.Rel(base, p)
+	if err != nil {
+		return p
+	}
+	return rel
+}

@@ -1,0 +1,73 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestMountReports checks I6: what an operator must know is printed where
+// they ran `cmfs mount`, not only in STATE/cmfs.log.
+func TestMountReports(t *testing.T) {
+	t.Run("recovery findings with --daemon", func(t *testing.T) {
+		m := mount(t)
+		writeFile(t, m.path("sales.db/orders/dt=1/part-0"), []byte("original\n"))
+		if err := os.Remove(m.path("sales.db/orders/dt=1/part-0")); err != nil {
+			t.Fatal(err)
+		}
+		m.unmount(t)
+		m.NoCheck = true
+		var entry string
+		for _, e := range events(t, m.State) {
+			for _, f := range e.Files {
+				if f.CM != "" {
+					entry = f.CM
+				}
+			}
+		}
+		p, err := cmEntry(m.CMRoot, entry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		mnt := filepath.Join(t.TempDir(), "mnt")
+		if err := os.Mkdir(mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		res := cmfs(t, "mount", "--daemon", m.Backing, mnt)
+		if isMounted(mnt) {
+			t.Cleanup(func() { (&mounted{Mnt: mnt}).unmount(t) })
+		}
+		if !strings.Contains(res.Stderr, "recovery fsck") || !strings.Contains(res.Stderr, "1 missing") {
+			t.Errorf("mount --daemon after losing a cmroot entry: %v; want the recovery findings on stderr", res)
+		}
+	})
+	t.Run("unknown mount option", func(t *testing.T) {
+		requireFUSE(t)
+		if os.Geteuid() != 0 {
+			t.Skip("the kernel's reason reaches cmfs with a direct mount, as root")
+		}
+		backing, mnt := filepath.Join(t.TempDir(), "backing"), filepath.Join(t.TempDir(), "mnt")
+		populate(t, backing)
+		if err := os.Mkdir(mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, daemon := range []bool{true, false} {
+			args := []string{"mount", "-o", "bogusopt", backing, mnt}
+			if daemon {
+				args = append([]string{"mount", "--daemon"}, args[1:]...)
+			}
+			res := cmfs(t, args...)
+			if isMounted(mnt) {
+				(&mounted{Mnt: mnt}).unmount(t)
+			}
+			expectOneLineFailure(t, args, res)
+			if !strings.Contains(res.Stderr, "invalid argument") || !strings.Contains(res.Stderr, "bogusopt") {
+				t.Errorf("cmfs %s: stderr %q, want the kernel's reason (invalid argument) naming the option", strings.Join(args, " "), res.Stderr)
+			}
+		}
+	})
+}
