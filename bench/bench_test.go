@@ -83,7 +83,7 @@ func TestFileSet(t *testing.T) {
 		for _, op := range []struct {
 			name string
 			fn   func() (Measurement, error)
-		}{{"create", s.Create}, {"stat", s.Stat}, {"unlink", s.Unlink}} {
+		}{{"create", s.Create}, {"stat", s.Stat}, {"overwrite", s.Overwrite}, {"stat", s.Stat}, {"unlink", s.Unlink}} {
 			m, err := op.fn()
 			if err != nil {
 				t.Fatalf("%d workers: %s: %v", workers, op.name, err)
@@ -91,6 +91,12 @@ func TestFileSet(t *testing.T) {
 			if m.Ops != s.N || m.Elapsed <= 0 {
 				t.Errorf("%d workers: %s: %+v, want %d ops", workers, op.name, m, s.N)
 			}
+		}
+		if _, err := os.Lstat(s.Path(0)); !os.IsNotExist(err) {
+			t.Errorf("after unlink: lstat: %v, want not exist", err)
+		}
+		if _, err := s.Overwrite(); err == nil {
+			t.Error("overwrite of unlinked files: nil error, want ENOENT (it must not create them)")
 		}
 		if _, err := os.Lstat(s.Path(0)); !os.IsNotExist(err) {
 			t.Errorf("after unlink: lstat: %v, want not exist", err)
@@ -160,5 +166,88 @@ func TestSizeAndCount(t *testing.T) {
 		if tt.got != tt.want {
 			t.Errorf("got %q, want %q", tt.got, tt.want)
 		}
+	}
+}
+
+func TestTableBefore(t *testing.T) {
+	before := RevisionName("c975bd5")
+	meta := []Target{{Base: LoopbackName, Min: 0.9}}
+	rows := []*Row{
+		{Name: "ops", Unit: OpsPerSec, Targets: meta},
+		{Name: "time", Unit: Seconds},
+		{Name: "no before", Unit: OpsPerSec, Targets: meta},
+	}
+	rows[0].Add(LoopbackName, 1000)
+	rows[0].Add(before, 800)
+	rows[0].Add(CmfsName, 400) // half as fast as before
+	rows[1].Add(LoopbackName, 1)
+	rows[1].Add(before, 1)
+	rows[1].Add(CmfsName, 4) // four times as long as before
+	rows[2].Add(LoopbackName, 1000)
+	rows[2].Fail(before, os.ErrNotExist)
+	rows[2].Add(CmfsName, 950)
+	tab := &Table{Impls: []string{LoopbackName, before, CmfsName}, Subject: CmfsName, Rows: rows, Before: before}
+	var b strings.Builder
+	if err := tab.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSpace(b.String()), "\n")
+	want := []string{
+		"| workload | unit | loopback | cmfs@c975bd5 | cmfs | cmfs/loopback | cmfs/cmfs@c975bd5 | target (cmfs) |",
+		"|---|---:|---:|---:|---:|---:|---:|---|",
+		"| ops | ops/s | 1000 | 800 | 400 | 0.40 | 0.50 | ≥ 0.90× loopback MISS |",
+		"| time | s | 1.00 | 1.00 | 4.00 | 0.25 | 0.25 | — |",
+		"| no before | ops/s | 1000 | n/a | 950 | 0.95 | — | ≥ 0.90× loopback ok |",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(got), len(want), b.String())
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+	if l := tab.Legend(); !strings.Contains(l, "cmfs/cmfs@c975bd5") || !strings.Contains(l, "no target") {
+		t.Errorf("legend does not explain the cmfs/cmfs@c975bd5 column: %q", l)
+	}
+	tab.Before = ""
+	if l := tab.Legend(); strings.Contains(l, "earlier revision") {
+		t.Errorf("legend without Before mentions a revision: %q", l)
+	}
+}
+
+func TestOverwriteNewContent(t *testing.T) {
+	s := FileSet{Dir: filepath.Join(t.TempDir(), "set"), N: 4, Workers: 2, Size: 4096}
+	if _, err := s.Create(); err != nil {
+		t.Fatal(err)
+	}
+	read := func() []string {
+		t.Helper()
+		var c []string
+		for i := range s.N {
+			b, err := os.ReadFile(s.Path(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c = append(c, string(b))
+		}
+		return c
+	}
+	created := read()
+	if _, err := s.Overwrite(); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, c := range created {
+		seen[c] = true
+	}
+	for i, c := range read() {
+		if len(c) != s.Size {
+			t.Errorf("file %d: %d bytes after overwrite, want %d", i, len(c), s.Size)
+		}
+		if seen[c] {
+			t.Errorf("file %d: overwrite wrote content already in the set", i)
+		}
+		seen[c] = true
 	}
 }

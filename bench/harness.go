@@ -101,3 +101,52 @@ func RunDir(dir, name string) (string, error) {
 	}
 	return dir, os.MkdirAll(dir, 0o755)
 }
+
+// ShortRevision resolves rev to the abbreviated hash of its commit in the
+// git repository at root.
+func ShortRevision(ctx context.Context, root, rev string) (string, error) {
+	cmd := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--verify", "--short", rev+"^{commit}")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("git rev-parse %s: %w: %s", rev, err, FirstLines(stderr.String(), 2))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// BuildRevision builds pkg as it is at revision rev of the git repository
+// at root into out: rev's tree is extracted (git archive) into src, which
+// is emptied first and removed afterwards, and built there offline
+// (GOPROXY=off, GOTOOLCHAIN=local), so a revision whose modules are not in
+// the module cache fails with go's reason instead of downloading them.
+func BuildRevision(ctx context.Context, root, rev, src, out, pkg string) error {
+	if err := os.RemoveAll(src); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return err
+	}
+	defer os.RemoveAll(src)
+	tarball := src + ".tar"
+	defer os.Remove(tarball)
+	steps := []struct {
+		name string
+		argv []string
+	}{
+		{"git archive " + rev, []string{"git", "-C", root, "archive", "--format=tar", "-o", tarball, rev}},
+		{"tar -x", []string{"tar", "-x", "-f", tarball, "-C", src}},
+	}
+	for _, s := range steps {
+		if b, err := exec.CommandContext(ctx, s.argv[0], s.argv[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %w: %s", s.name, err, FirstLines(string(b), 4))
+		}
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-mod=readonly", "-buildvcs=false", "-o", out, pkg)
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOTOOLCHAIN=local", "GOWORK=off")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s at %s: %w: %s", pkg, rev, err, FirstLines(string(b), 4))
+	}
+	return nil
+}

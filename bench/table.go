@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -177,6 +178,10 @@ type Table struct {
 	Subject string
 	Rows    []*Row
 	Best    bool // the rows show the best run, not the median
+	// Before names the column, if any, of Subject built at an earlier
+	// revision. Its ratio column is what the changes since cost; no
+	// target refers to it.
+	Before string
 }
 
 func (t *Table) header() []string {
@@ -249,9 +254,14 @@ func (t *Table) Legend() string {
 	if t.Best {
 		stat = "the best run of each (highest throughput, shortest time)"
 	}
-	return fmt.Sprintf("Values are %[2]s. Ratios are oriented so that ≥ 1 means %[1]s is at least as good: "+
+	s := fmt.Sprintf("Values are %[2]s. Ratios are oriented so that ≥ 1 means %[1]s is at least as good: "+
 		"%[1]s÷other for throughput (MB/s, ops/s, events/s), other_time÷%[1]s_time for times (s, ms). "+
 		"Targets are stated in the same orientation (a time ≤ 1.1× native is a ratio ≥ 0.91).", t.Subject, stat)
+	if t.Before != "" && slices.Contains(t.Impls, t.Before) {
+		s += fmt.Sprintf(" %[1]s/%[2]s compares %[1]s with itself built at an earlier revision, run alongside: "+
+			"what the changes since cost (below 1: slower now); a report, with no target.", t.Subject, t.Before)
+	}
+	return s
 }
 
 // WriteText writes the table aligned in columns.

@@ -202,6 +202,39 @@ func (s FileSet) Create() (Measurement, error) {
 	})
 }
 
+// Overwrite rewrites every existing file as a shell's `>` does:
+// open(O_WRONLY|O_TRUNC), one write of Size bytes of new content, close,
+// Workers at a time, without fsync. The content differs from Create's
+// (another seed) and from file to file, so cmfs cannot find any of it
+// among what it has already kept.
+func (s FileSet) Overwrite() (Measurement, error) {
+	bufs := make([][]byte, s.Workers)
+	for w := range bufs {
+		bufs[w] = newFiller(s.Size, overwriteSeed+uint64(w)).buf
+	}
+	return s.each(func(w, i int) error {
+		b := bufs[w]
+		binary.LittleEndian.PutUint64(b, uint64(i))
+		p := s.Path(i)
+		fd, err := syscall.Open(p, syscall.O_WRONLY|syscall.O_TRUNC|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return &os.PathError{Op: "open", Path: p, Err: err}
+		}
+		if _, err := syscall.Write(fd, b); err != nil {
+			syscall.Close(fd)
+			return &os.PathError{Op: "write", Path: p, Err: err}
+		}
+		if err := syscall.Close(fd); err != nil {
+			return &os.PathError{Op: "close", Path: p, Err: err}
+		}
+		return nil
+	})
+}
+
+// overwriteSeed keeps Overwrite's content apart from Create's, whose
+// seeds are the worker numbers.
+const overwriteSeed = 1 << 32
+
 // Stat lstats every file, Workers at a time.
 func (s FileSet) Stat() (Measurement, error) {
 	return s.each(func(_, i int) error {

@@ -8,8 +8,10 @@
 // It builds what it runs into .bench/ at the module root: the loopback
 // server (bench/cmd/loopbackfs), passthrough_ll from the libfuse3-dev
 // examples, cmfs (./cmd/cmfs, unless -cmfs names a binary) and the journal
-// benchmark. An implementation that does not build or mount is reported
-// as n/a; the others still run. Progress goes to stderr, the machine
+// benchmark. With -base REV it also builds ./cmd/cmfs as it is at git
+// revision REV and runs it as one more column, cmfs@REV, so that the table
+// shows what the changes since REV cost. An implementation that does not
+// build or mount is reported as n/a; the others still run. Progress goes to stderr, the machine
 // description and the tables (aligned text, then markdown) to stdout.
 package main
 
@@ -37,6 +39,7 @@ type options struct {
 	cfg           bench.Config
 	dir           string // parent of the backing directories and mountpoints
 	cmfs          string // prebuilt cmfs binary; empty builds ./cmd/cmfs
+	base          string // git revision to build cmfs at for the cmfs@REV column; empty: no such column
 	impls         []string
 	journalEvents int
 	keep          bool
@@ -70,6 +73,7 @@ func parseFlags(args []string) (options, error) {
 	dir := fl.String("dir", "", "where to create backing directories and mountpoints (default .bench/run at the module root)")
 	cmfs := fl.String("cmfs", "", "cmfs binary to run (default: build ./cmd/cmfs into .bench/)")
 	impls := fl.String("impls", "native,loopback,passthrough_ll,cmfs", "implementations to run, comma-separated")
+	base := fl.String("base", "", "also run cmfs built at this git revision, as column cmfs@REV (n/a if it does not build offline)")
 	journalEvents := fl.Int("journal-events", 64000, "events of the journal benchmark (0 skips it)")
 	keep := fl.Bool("keep", false, "keep the backing directories after the run")
 	bestRun := fl.Bool("best", false, "show the best run of each workload instead of the median")
@@ -115,7 +119,7 @@ func parseFlags(args []string) (options, error) {
 	if cfg.Files < 1 || cfg.Workers < 1 || cfg.Writers < 1 || cfg.Reps < 1 || cfg.DataReps < 1 || cfg.FileSize < 8192 {
 		return options{}, errors.New("sizes and counts must be positive (and -size at least 8K)")
 	}
-	opts := options{cfg: cfg, dir: *dir, cmfs: *cmfs, journalEvents: *journalEvents, keep: *keep}
+	opts := options{cfg: cfg, dir: *dir, cmfs: *cmfs, base: *base, journalEvents: *journalEvents, keep: *keep}
 	known := map[string]bool{bench.NativeName: true, bench.LoopbackName: true, bench.PassthroughName: true, bench.CmfsName: true}
 	for _, name := range strings.Split(*impls, ",") {
 		name = strings.TrimSpace(name)
@@ -199,7 +203,12 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	// Build and mount every implementation. One that does not is
 	// reported as n/a and the others run anyway.
 	logf("building...")
-	impls, describe, buildNotes := prepare(ctx, root, work, runDir, opts)
+	var base revision
+	if opts.base != "" {
+		base = resolve(ctx, root, opts.base)
+		opts.impls = withColumn(opts.impls, base.name)
+	}
+	impls, describe, buildNotes := prepare(ctx, root, work, runDir, opts, base)
 	notes = append(notes, buildNotes...)
 	var subjects []bench.Subject
 	defer func() {
@@ -266,7 +275,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	}
 	logf("ran for %v", time.Since(start).Round(time.Second))
 
-	table := &bench.Table{Impls: opts.impls, Subject: bench.CmfsName, Rows: rows, Best: cfg.Best}
+	table := &bench.Table{Impls: opts.impls, Subject: bench.CmfsName, Rows: rows, Best: cfg.Best, Before: base.name}
 	if err := table.WriteText(stdout); err != nil {
 		return err
 	}
@@ -293,9 +302,38 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	return nil
 }
 
+// revision is the cmfs@REV column: cmfs as it is at an earlier commit.
+type revision struct {
+	rev   string // as given to -base
+	short string // abbreviated hash; empty if rev does not resolve
+	name  string // the column
+	err   error  // why rev does not resolve
+}
+
+func resolve(ctx context.Context, root, rev string) revision {
+	short, err := bench.ShortRevision(ctx, root, rev)
+	if err != nil {
+		return revision{rev: rev, name: bench.RevisionName(rev), err: err}
+	}
+	return revision{rev: rev, short: short, name: bench.RevisionName(short)}
+}
+
+// withColumn adds the cmfs@REV column to impls, just before cmfs (the
+// table reads before, then after), or last when cmfs is not run.
+func withColumn(impls []string, name string) []string {
+	if slices.Contains(impls, name) {
+		return impls
+	}
+	i := slices.Index(impls, bench.CmfsName)
+	if i < 0 {
+		i = len(impls)
+	}
+	return slices.Insert(slices.Clone(impls), i, name)
+}
+
 // prepare builds the implementations that were asked for. It returns those
 // that built, a description of each column and a note for each that did not.
-func prepare(ctx context.Context, root, work, runDir string, opts options) ([]bench.Impl, map[string]string, []string) {
+func prepare(ctx context.Context, root, work, runDir string, opts options, base revision) ([]bench.Impl, map[string]string, []string) {
 	var (
 		impls []bench.Impl
 		notes []string
@@ -342,15 +380,34 @@ func prepare(ctx context.Context, root, work, runDir string, opts options) ([]be
 					continue
 				}
 			}
-			impls = append(impls, &bench.Daemon{
-				Label:          name,
-				MountCommand:   func(backing, mnt string) []string { return []string{bin, "mount", "--daemon", backing, mnt} },
-				UnmountCommand: func(mnt string) []string { return []string{bin, "umount", mnt} },
-			})
+			impls = append(impls, cmfsDaemon(name, bin))
 			desc[name] = bin + " mount --daemon BACKING MNT (defaults: state in BACKING/.cmfs), unmounted with cmfs umount"
+		case base.name:
+			if base.err != nil {
+				notes = append(notes, fmt.Sprintf("%s: not measured, n/a: %v", name, base.err))
+				desc[name] = "n/a (no such revision)"
+				continue
+			}
+			bin := filepath.Join(work, "cmfs-"+base.short)
+			if err := bench.BuildRevision(ctx, root, base.short, filepath.Join(work, "base-src"), bin, "./cmd/cmfs"); err != nil {
+				notes = append(notes, fmt.Sprintf("%s: not measured, n/a: %v", name, err))
+				desc[name] = "n/a (./cmd/cmfs at " + base.short + " does not build)"
+				continue
+			}
+			impls = append(impls, cmfsDaemon(name, bin))
+			desc[name] = fmt.Sprintf("cmfs as of %s (-base %s; git archive, go build ./cmd/cmfs offline) into %s, mounted and unmounted as cmfs is", base.short, base.rev, bin)
 		}
 	}
 	return impls, desc, notes
+}
+
+// cmfsDaemon runs the cmfs binary bin as column name.
+func cmfsDaemon(name, bin string) *bench.Daemon {
+	return &bench.Daemon{
+		Label:          name,
+		MountCommand:   func(backing, mnt string) []string { return []string{bin, "mount", "--daemon", backing, mnt} },
+		UnmountCommand: func(mnt string) []string { return []string{bin, "umount", mnt} },
+	}
 }
 
 // exampleDir holds libfuse's examples as Debian's libfuse3-dev ships them.
