@@ -1,0 +1,364 @@
+package integration
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+// A full backing filesystem (DESIGN.md §3, I4 and I3): with the backing
+// directory, the state directory, the journal and cmroot on one small
+// tmpfs filled to the last byte, every operation of the protection table
+// either succeeds and is journaled, or fails and changes nothing that is
+// not journaled. After every attempt the journal's last word about every
+// path must equal the tree.
+
+// enospcDir is a partition directory with a long name: its events are
+// large, so the journal must grow after a few of them.
+var enospcDir = "sales.db/orders/dt=" + strings.Repeat("x", 180)
+
+// fillUp fills the file system holding dir to its last byte with a file
+// next to dir, outside the mount, and returns its path.
+func fillUp(t *testing.T, dir string) string {
+	t.Helper()
+	filler := filepath.Join(filepath.Dir(dir), "filler")
+	f, err := os.OpenFile(filler, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 64<<10)
+	for len(chunk) > 0 {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("fill %s: %v", filler, err)
+			}
+			chunk = chunk[:len(chunk)/2]
+		}
+	}
+	return filler
+}
+
+// fileState is a file's content as the journal or the tree has it.
+type fileState struct {
+	size int64
+	sum  string
+}
+
+// journalState folds events into the content each path holds after them:
+// the journal's last word about every regular file.
+func journalState(evs []journal.Event) map[string]fileState {
+	st := map[string]fileState{}
+	under := func(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+	for _, ev := range evs {
+		switch ev.Type {
+		case journal.Delete, journal.Rmdir, journal.DropDatabase, journal.DropTable, journal.DropPartition:
+			for p := range st {
+				if under(p, ev.Path) {
+					delete(st, p)
+				}
+			}
+		case journal.Rename, journal.RenameDatabase, journal.RenameTable, journal.RenamePartition:
+			moved := map[string]fileState{}
+			for p := range st {
+				if under(p, ev.NewPath) {
+					delete(st, p)
+				}
+			}
+			for p, s := range st {
+				if under(p, ev.Path) {
+					moved[ev.NewPath+strings.TrimPrefix(p, ev.Path)] = s
+					delete(st, p)
+				}
+			}
+			for p, s := range moved {
+				st[p] = s
+			}
+		}
+		for _, f := range ev.Files {
+			if f.CM == "" {
+				st[f.Path] = fileState{f.Size, f.XXH64}
+			}
+		}
+	}
+	return st
+}
+
+// treeState returns every regular file the mount shows, outside scratch
+// space, with its content.
+func treeState(t *testing.T, root string) map[string]fileState {
+	t.Helper()
+	st := map[string]fileState{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		if rel != "." && excluded(rel) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		st[rel] = fileState{int64(len(b)), journal.Sum(b)}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("walk %s: %v", root, err)
+	}
+	return st
+}
+
+// checkJournalMatchesTree fails t unless the journal's latest word about
+// every file equals what the tree holds (I3), and the journal names no
+// file the tree lacks.
+func checkJournalMatchesTree(t *testing.T, m *mounted, what string) {
+	t.Helper()
+	j, tree := journalState(events(t, m.State)), treeState(t, m.Mnt)
+	var diffs []string
+	for p, s := range tree {
+		if js, ok := j[p]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: tree %d bytes %s, journal: nothing", p, s.size, s.sum))
+		} else if js != s {
+			diffs = append(diffs, fmt.Sprintf("%s: tree %d bytes %s, journal %d bytes %s", p, s.size, s.sum, js.size, js.sum))
+		}
+	}
+	for p, s := range j {
+		if _, ok := tree[p]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: tree: nothing, journal %d bytes %s", p, s.size, s.sum))
+		}
+	}
+	sort.Strings(diffs)
+	for _, d := range diffs {
+		t.Errorf("after %s, the journal does not match the tree: %s", what, d)
+	}
+}
+
+// enospcRow is one row of the protection table, run against a full file
+// system: op changes victim i (created before the fill with content(i)).
+type enospcRow struct {
+	name string
+	// dirs says each victim is a directory of files (rmdir, rm -r).
+	dirs bool
+	// sources says each victim has a source file to rename over it.
+	sources bool
+	// create says the victims do not exist yet (create+write+close).
+	create bool
+	op     func(p string, i int) error
+}
+
+func enospcRows() []enospcRow {
+	return []enospcRow{
+		{name: "unlink", op: func(p string, i int) error { return os.Remove(p) }},
+		{name: "rename over", sources: true, op: func(p string, i int) error { return os.Rename(p+".src", p) }},
+		{name: "open O_TRUNC", op: func(p string, i int) error { return writeClose(p, os.O_WRONLY|os.O_TRUNC, []byte("x\n")) }},
+		{name: "truncate smaller", op: func(p string, i int) error { return os.Truncate(p, 10) }},
+		{name: "in-place write", op: func(p string, i int) error {
+			f, err := os.OpenFile(p, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			_, err = f.WriteAt([]byte("X"), 1)
+			return errors.Join(err, f.Close())
+		}},
+		{name: "rm -r", dirs: true, op: func(p string, i int) error { return os.RemoveAll(p) }},
+		{name: "create write close", create: true, op: func(p string, i int) error {
+			return writeClose(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, enospcContent(i))
+		}},
+	}
+}
+
+// writeClose opens p with flags, writes data and closes it, returning the
+// first error.
+func writeClose(p string, flags int, data []byte) error {
+	f, err := os.OpenFile(p, flags, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	return errors.Join(err, f.Close())
+}
+
+func enospcContent(i int) []byte {
+	return bytes.Repeat([]byte(fmt.Sprintf("victim %d\n", i)), 50+i)
+}
+
+// TestENOSPCBacking runs every row of the protection table on a backing
+// tmpfs filled to the last byte, with the state directory (journal,
+// cmroot, in-flight table) on it too.
+func TestENOSPCBacking(t *testing.T) {
+	requireFUSE(t)
+	const victims = 40
+	for _, row := range enospcRows() {
+		t.Run(row.name, func(t *testing.T) {
+			backing := filepath.Join(mountTmpfs(t, "8m"), "backing")
+			if err := os.Mkdir(backing, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			m := mountAt(t, backing)
+			victim := func(i int) string { return path.Join(enospcDir, fmt.Sprintf("part-%03d", i)) }
+			for i := range victims {
+				v := victim(i)
+				switch {
+				case row.create:
+					if err := os.MkdirAll(m.path(path.Dir(v)), 0o755); err != nil {
+						t.Fatal(err)
+					}
+				case row.dirs:
+					writeFile(t, m.path(v+"/a"), enospcContent(i))
+					writeFile(t, m.path(v+"/b"), enospcContent(i+1000))
+				default:
+					writeFile(t, m.path(v), enospcContent(i))
+				}
+				if row.sources {
+					writeFile(t, m.path(v+".src"), enospcContent(i+2000))
+				}
+			}
+			checkJournalMatchesTree(t, m, "the setup")
+			filler := fillUp(t, backing)
+			t.Logf("filled: %d bytes free", freeBytes(t, backing))
+
+			failed := 0
+			for i := 0; i < victims && failed < 3; i++ {
+				v := victim(i)
+				before := treeState(t, m.Mnt)
+				err := row.op(m.path(v), i)
+				what := fmt.Sprintf("%s of %s (attempt %d: %v)", row.name, v, i, err)
+				if err != nil {
+					failed++
+					if !errors.Is(err, syscall.ENOSPC) {
+						t.Errorf("%s: want ENOSPC", what)
+					}
+					if row.create || row.dirs {
+						// Partly done (rm -r, a short write): the
+						// journal must say what is left.
+					} else if after := treeState(t, m.Mnt); after[v] != before[v] {
+						t.Errorf("%s: %s held %d bytes %s, now %d bytes %s", what, v, before[v].size, before[v].sum, after[v].size, after[v].sum)
+					}
+				}
+				checkJournalMatchesTree(t, m, what)
+				if t.Failed() {
+					break
+				}
+			}
+			if failed == 0 {
+				t.Errorf("%d %s operations on a full file system all succeeded: the test did not reach ENOSPC", victims, row.name)
+			}
+			// With room again, the mount works as before.
+			if err := os.Remove(filler); err != nil {
+				t.Fatal(err)
+			}
+			v := victim(victims - 1)
+			if err := row.op(m.path(v), victims-1); err != nil {
+				t.Errorf("%s of %s with room again: %v", row.name, v, err)
+			}
+			checkJournalMatchesTree(t, m, row.name+" with room again")
+		})
+	}
+}
+
+// TestENOSPCRenameOverFill is defect (a): `mv -f b fill` on a full file
+// system must fail with nothing changed, or succeed journaled.
+func TestENOSPCRenameOverFill(t *testing.T) {
+	requireFUSE(t)
+	backing := filepath.Join(mountTmpfs(t, "8m"), "backing")
+	if err := os.Mkdir(backing, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := mountAt(t, backing)
+	var names []string
+	for i := range 30 {
+		b, f := fmt.Sprintf("%s/b-%d", enospcDir, i), fmt.Sprintf("%s/fill-%d", enospcDir, i)
+		writeFile(t, m.path(b), enospcContent(i))
+		writeFile(t, m.path(f), enospcContent(i+100))
+		names = append(names, b, f)
+	}
+	fillUp(t, backing)
+	for i := range 30 {
+		b, f := fmt.Sprintf("%s/b-%d", enospcDir, i), fmt.Sprintf("%s/fill-%d", enospcDir, i)
+		err := os.Rename(m.path(b), m.path(f))
+		if err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Errorf("mv -f b fill: %v, want ENOSPC", err)
+			}
+			if got := readFile(t, m.path(f)); !bytes.Equal(got, enospcContent(i+100)) {
+				t.Errorf("mv -f %s %s failed (%v), but %s no longer holds its content", b, f, err, f)
+			}
+			if got := readFile(t, m.path(b)); !bytes.Equal(got, enospcContent(i)) {
+				t.Errorf("mv -f %s %s failed (%v), but %s no longer holds its content", b, f, err, b)
+			}
+		}
+		checkJournalMatchesTree(t, m, fmt.Sprintf("mv -f %s %s (%v)", b, f, err))
+		if err != nil || t.Failed() {
+			return
+		}
+	}
+	t.Errorf("30 renames on a full file system all succeeded: the test did not reach ENOSPC")
+}
+
+// TestENOSPCPartialWrite is defects (b) and (c): an O_TRUNC overwrite on
+// a nearly full file system whose write runs out of room part way must
+// leave the journal saying what the file holds.
+func TestENOSPCPartialWrite(t *testing.T) {
+	requireFUSE(t)
+	backing := filepath.Join(mountTmpfs(t, "8m"), "backing")
+	if err := os.Mkdir(backing, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := mountAt(t, backing)
+	p := partDir + "/part-2"
+	writeFile(t, m.path(p), original(p))
+	filler := fillUp(t, backing)
+	// Leave room for about 300 KiB.
+	if err := os.Truncate(filler, mustSize(t, filler)-300<<10); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(m.path(p), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Logf("open O_TRUNC refused: %v", err)
+		if !errors.Is(err, syscall.ENOSPC) {
+			t.Errorf("open O_TRUNC: %v, want ENOSPC", err)
+		}
+	} else {
+		n, werr := f.Write(make([]byte, 1<<20))
+		cerr := f.Close()
+		t.Logf("wrote %d bytes (%v), close: %v", n, werr, cerr)
+		if !errors.Is(werr, syscall.ENOSPC) {
+			t.Errorf("write of 1 MiB with 300 KiB free: %v, want ENOSPC", werr)
+		}
+	}
+	checkJournalMatchesTree(t, m, "a write that ran out of room")
+
+	// echo x > part-2, with no room at all.
+	fillUp(t, backing)
+	err = writeClose(m.path(p), os.O_WRONLY|os.O_TRUNC, []byte("x\n"))
+	t.Logf("echo x > part-2 on a full file system: %v", err)
+	checkJournalMatchesTree(t, m, fmt.Sprintf("echo x > part-2 (%v)", err))
+}
+
+func mustSize(t *testing.T, p string) int64 {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
