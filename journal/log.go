@@ -317,8 +317,9 @@ func (l *Log) readLast() (uint64, error) {
 // committed. On error no id is assigned (ID and a Time that Append set are
 // reset to zero).
 //
-// Errors: ErrReadOnly, ErrClosed, ErrInvalid (wrapped), ctx.Err(), or the
-// commit's error.
+// Errors: ErrReadOnly, ErrClosed, ErrInvalid (wrapped), ctx.Err(),
+// ErrNoSpace (wrapped; the batch did not fit in what the file system has
+// left, nothing was written), or the commit's error.
 func (l *Log) Append(ctx context.Context, events ...*Event) error {
 	if l.db == nil {
 		return ErrReadOnly
