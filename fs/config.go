@@ -38,6 +38,9 @@ type Config struct {
 	Options []string
 	// Debug logs every FUSE request.
 	Debug bool
+	// JournalReserve is the space kept allocated for the journal
+	// (journal.Options.Reserve); 0 means the journal's default.
+	JournalReserve int64
 }
 
 // Paths inside the state directory.

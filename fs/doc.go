@@ -45,6 +45,23 @@
 // cannot be preserved the operation fails with that error and the original
 // stays where it was (fail closed).
 //
+// Fail closed, all the way (I4): an operation that reports an error has
+// changed nothing that is not journaled. Every protected change is first
+// admitted (root.intend): the journal's reserve must hold (journal.Admit;
+// a full file system refuses the change with ENOSPC before anything
+// changes) and its intent must fit in the in-flight table, whose slots'
+// heads are preallocated. Should the event still fail to commit, or the
+// checksum of the result not be had, the change is undone exactly: a
+// rename goes back, and what it replaced comes back from a second link
+// taken before (the hold in STATE/tmp); an O_TRUNC swap is made with
+// RENAME_EXCHANGE so the original inode stays reachable until the event
+// commits, and is exchanged back; a truncation in place is refilled from
+// its cmroot entry; a removed directory is recreated. What cannot be
+// undone — the content a write handle wrote, found at close — keeps its
+// intent in the in-flight table (root.keep): close fails, and the next
+// event the mount journals, or else the next mount's recovery, journals
+// the content as the tree holds it (I3).
+//
 // Paths matching the exclude globs (engine scratch space) are passed
 // through unprotected; a rename out of them into a table journals the
 // arriving files as INSERTs. The state directory is invisible through the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
+	"golang.org/x/sys/unix"
 )
 
 // The in-flight table closes the window between a change taking effect and
@@ -47,12 +48,29 @@ type intent struct {
 	Base string `json:"base,omitempty"`
 }
 
+// slotHead is the part of each slot that is allocated ahead
+// (fallocate), so that writing an intent of ordinary names, and clearing
+// it, never meets a full file system: a change is refused before it
+// starts if its intent cannot be written. slotsGrow slots are allocated at
+// a time.
+const (
+	slotHead  = 4 << 10
+	slotsGrow = 32
+)
+
 // inflight is the table.
 type inflight struct {
 	f    *os.File
 	mu   sync.Mutex
 	free []int
 	next int // slots in use or freed so far
+	// alloc is how many slots have their head allocated; noAlloc says
+	// the file system cannot preallocate.
+	alloc   int
+	noAlloc bool
+	// held are slots whose intent must outlive their change: its event
+	// could not be journaled (root.keep). end leaves them.
+	held map[int]bool
 }
 
 // openInflight opens the table at p, returns the intents a previous mount
@@ -86,11 +104,32 @@ func openInflight(p string) (*inflight, []intent, error) {
 		f.Close()
 		return nil, nil, err
 	}
-	return &inflight{f: f}, left, nil
+	t := &inflight{f: f, held: map[int]bool{}}
+	t.mu.Lock()
+	t.ensure(slotsGrow - 1) // a full file system: the first begin says so
+	t.mu.Unlock()
+	return t, left, nil
 }
 
-// begin records in and returns its slot.
-func (t *inflight) begin(in *intent) int {
+// ensure allocates the heads of the slots up to slot. t.mu must be held.
+func (t *inflight) ensure(slot int) error {
+	for !t.noAlloc && t.alloc <= slot {
+		err := unix.Fallocate(int(t.f.Fd()), 0, int64(t.alloc)*slotSize, slotHead)
+		if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS) {
+			t.noAlloc = true
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("in-flight table: %w", err)
+		}
+		t.alloc++
+	}
+	return nil
+}
+
+// begin records in and returns its slot. It fails, having recorded
+// nothing, when the table cannot hold the intent (ENOSPC, EIO).
+func (t *inflight) begin(in *intent) (int, error) {
 	t.mu.Lock()
 	slot := t.next
 	if n := len(t.free); n > 0 {
@@ -98,59 +137,174 @@ func (t *inflight) begin(in *intent) int {
 	} else {
 		t.next++
 	}
+	err := t.ensure(slot + slotsGrow - 1)
+	if err != nil && slot >= t.alloc && !t.noAlloc {
+		t.free = append(t.free, slot)
+		t.mu.Unlock()
+		return -1, err
+	}
 	t.mu.Unlock()
-	t.write(slot, in)
-	return slot
+	if err := t.write(slot, in); err != nil {
+		t.end(slot)
+		return -1, err
+	}
+	return slot, nil
 }
 
 // update rewrites the intent in slot.
-func (t *inflight) update(slot int, in *intent) {
+func (t *inflight) update(slot int, in *intent) error {
 	if t != nil && slot >= 0 {
-		t.write(slot, in)
+		return t.write(slot, in)
 	}
+	return nil
 }
 
-// end clears slot: the change is journaled, or did not happen.
+// end clears slot: the change is journaled, or did not happen. A held
+// slot stays.
 func (t *inflight) end(slot int) {
-	t.f.WriteAt(make([]byte, 4), int64(slot)*slotSize)
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held[slot] {
+		return
+	}
+	t.f.WriteAt(make([]byte, 4), int64(slot)*slotSize)
 	t.free = append(t.free, slot)
+}
+
+// hold keeps slot's intent past end, until release.
+func (t *inflight) hold(slot int) {
+	t.mu.Lock()
+	t.held[slot] = true
 	t.mu.Unlock()
 }
 
-func (t *inflight) write(slot int, in *intent) {
+// release ends a held slot.
+func (t *inflight) release(slot int) {
+	t.mu.Lock()
+	delete(t.held, slot)
+	t.mu.Unlock()
+	t.end(slot)
+}
+
+func (t *inflight) write(slot int, in *intent) error {
 	b, err := json.Marshal(in)
 	if err != nil || len(b) > slotSize-4 {
-		return // cannot happen for names the kernel passes: PATH_MAX each
+		return fmt.Errorf("in-flight intent of %d bytes: %w", len(b), syscall.ENAMETOOLONG)
 	}
 	rec := make([]byte, 4+len(b))
 	binary.LittleEndian.PutUint32(rec, uint32(len(b)))
 	copy(rec[4:], b)
-	t.f.WriteAt(rec, int64(slot)*slotSize)
+	if _, err := t.f.WriteAt(rec, int64(slot)*slotSize); err != nil {
+		return fmt.Errorf("in-flight table: %w", err)
+	}
+	return nil
 }
 
 func (t *inflight) close() error { return t.f.Close() }
 
-// intend records a change about to be made and returns the function that
-// clears it; call that once the change is journaled or known not to have
-// happened.
-func (r *root) intend(in *intent) (slot int, done func()) {
+// intend admits a change and records it before it is made, and returns
+// the function that clears it; call that once the change is journaled or
+// known not to have happened. It refuses the change (ENOSPC, wrapped) when
+// the journal's reserve is short or the in-flight table cannot hold it:
+// nothing has changed yet, and nothing will.
+func (r *root) intend(in *intent) (slot int, done func(), err error) {
+	if r.log != nil {
+		if err := r.log.Admit(); err != nil {
+			return -1, nil, err
+		}
+	}
+	return r.record(in)
+}
+
+// record is intend for a change admitted already.
+func (r *root) record(in *intent) (slot int, done func(), err error) {
 	if r.inflight == nil {
-		return -1, func() {}
+		return -1, func() {}, nil
 	}
 	// in keeps After: the caller rewrites the slot from it (intendOrig).
 	in.After = r.log.Last()
-	slot = r.inflight.begin(in)
-	return slot, func() { r.inflight.end(slot) }
+	if slot, err = r.inflight.begin(in); err != nil {
+		return -1, nil, err
+	}
+	return slot, func() { r.inflight.end(slot) }, nil
 }
 
 // intendOrig adds the original just preserved for the change in slot to
-// its intent, before the change goes ahead.
-func (r *root) intendOrig(slot int, in *intent, rel string, p preserved) {
+// its intent, before the change goes ahead. On error the caller undoes
+// the preservation and refuses the change.
+func (r *root) intendOrig(slot int, in *intent, rel string, p preserved) error {
 	o := p.File
 	o.Path = rel
 	in.Orig = &o
-	r.inflight.update(slot, in)
+	return r.inflight.update(slot, in)
+}
+
+// keep is for a change that took effect, could not be undone, and whose
+// event could not be journaled: its intent stays in the in-flight table,
+// so the next event this mount journals, or else the next mount's
+// recovery, journals it as the tree then shows it (I3, I4).
+func (r *root) keep(slot int, in intent) {
+	if r.inflight == nil || slot < 0 {
+		return
+	}
+	r.inflight.hold(slot)
+	r.pendMu.Lock()
+	r.pending = append(r.pending, kept{slot, in})
+	r.pendN.Store(int32(len(r.pending)))
+	r.pendMu.Unlock()
+}
+
+// kept is a change whose event is still to be journaled.
+type kept struct {
+	slot int
+	in   intent
+}
+
+// takePending returns the events of the kept changes, built from the tree
+// as it is, and the changes themselves; a change journaled meanwhile, or
+// that the tree shows did not happen, is released at once.
+func (r *root) takePending() ([]*journal.Event, []kept) {
+	r.pendMu.Lock()
+	ks := r.pending
+	r.pending = nil
+	r.pendN.Store(0)
+	r.pendMu.Unlock()
+	var events []*journal.Event
+	var left []kept
+	for _, k := range ks {
+		e := r.recovered(k.in)
+		if e == nil {
+			r.inflight.release(k.slot)
+			continue
+		}
+		journaled, err := r.journaledSince(k.in, e)
+		if err != nil {
+			left = append(left, k)
+			continue
+		}
+		if journaled {
+			r.inflight.release(k.slot)
+			continue
+		}
+		events = append(events, e)
+		left = append(left, k)
+	}
+	return events, left
+}
+
+// settle releases kept changes once their events are journaled, or
+// puts them back.
+func (r *root) settle(ks []kept, journaled bool) {
+	if journaled {
+		for _, k := range ks {
+			r.inflight.release(k.slot)
+		}
+		return
+	}
+	r.pendMu.Lock()
+	r.pending = append(ks, r.pending...)
+	r.pendN.Store(int32(len(r.pending)))
+	r.pendMu.Unlock()
 }
 
 // recover journals the changes that intents left by a dead mount describe

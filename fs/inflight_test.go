@@ -16,11 +16,11 @@ func TestInflightTable(t *testing.T) {
 	if err != nil || len(left) != 0 {
 		t.Fatalf("fresh table: %v, %d left", err, len(left))
 	}
-	a := tab.begin(&intent{Type: journal.Delete, Path: "a"})
-	b := tab.begin(&intent{Type: journal.Mkdir, Path: "b"})
+	a, _ := tab.begin(&intent{Type: journal.Delete, Path: "a"})
+	b, _ := tab.begin(&intent{Type: journal.Mkdir, Path: "b"})
 	tab.update(a, &intent{Type: journal.Delete, Path: "a", Orig: &journal.File{Path: "a", Size: 1, XXH64: "0123456789abcdef", CM: "0123456789abcdef-1"}})
 	tab.end(b)
-	if c := tab.begin(&intent{Type: journal.Rmdir, Path: "c"}); c != b {
+	if c, _ := tab.begin(&intent{Type: journal.Rmdir, Path: "c"}); c != b {
 		t.Errorf("a freed slot is not reused: got %d, want %d", c, b)
 	}
 	tab.close() // as a dead mount leaves it: a and c in flight

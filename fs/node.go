@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path"
 	"path/filepath"
@@ -183,14 +184,20 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if n.r.excluded(rel) {
 		return n.LoopbackNode.Mkdir(ctx, name, mode, out)
 	}
-	_, done := n.r.intend(&intent{Type: journal.Mkdir, Path: rel})
+	in := intent{Type: journal.Mkdir, Path: rel}
+	slot, done, err := n.r.intend(&in)
+	if err != nil {
+		return nil, toErrno(err)
+	}
 	defer done()
 	ch, errno := n.LoopbackNode.Mkdir(ctx, name, mode, out)
 	if errno != 0 {
 		return nil, errno
 	}
 	if err := n.r.emit(ctx, dirEvent(true, rel)); err != nil {
-		syscall.Rmdir(abs)
+		if syscall.Rmdir(abs) != nil {
+			n.r.keep(slot, in)
+		}
 		return nil, toErrno(err)
 	}
 	return ch, 0
@@ -207,12 +214,27 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if n.r.excluded(rel) {
 		return toErrno(syscall.Rmdir(abs))
 	}
-	_, done := n.r.intend(&intent{Type: journal.Rmdir, Path: rel})
+	in := intent{Type: journal.Rmdir, Path: rel}
+	slot, done, err := n.r.intend(&in)
+	if err != nil {
+		return toErrno(err)
+	}
 	defer done()
+	var st syscall.Stat_t
+	if err := syscall.Lstat(abs, &st); err != nil {
+		return toErrno(err)
+	}
 	if err := syscall.Rmdir(abs); err != nil {
 		return toErrno(err)
 	}
-	return toErrno(n.r.emit(ctx, dirEvent(false, rel)))
+	if err := n.r.emit(ctx, dirEvent(false, rel)); err != nil {
+		// Put the empty directory back as it was.
+		if syscall.Mkdir(abs, st.Mode&07777) != nil || syscall.Lchown(abs, int(st.Uid), int(st.Gid)) != nil {
+			n.r.keep(slot, in)
+		}
+		return toErrno(err)
+	}
+	return 0
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
@@ -231,13 +253,23 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		return toErrno(err)
 	}
 	in := intent{Type: journal.Delete, Path: rel}
-	slot, done := n.r.intend(&in)
+	slot, done, err := n.r.intend(&in)
+	if err != nil {
+		return toErrno(err)
+	}
 	defer done()
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		target, _ := os.Readlink(abs)
 		if err := syscall.Unlink(abs); err != nil {
 			return toErrno(err)
 		}
-		return toErrno(n.r.emit(ctx, fileEvent(journal.Delete, rel)))
+		if err := n.r.emit(ctx, fileEvent(journal.Delete, rel)); err != nil {
+			if st.Mode&syscall.S_IFMT != syscall.S_IFLNK || syscall.Symlink(target, abs) != nil {
+				n.r.keep(slot, in)
+			}
+			return toErrno(err)
+		}
+		return 0
 	}
 	ch := n.lockChild(name)
 	if ch != nil {
@@ -248,7 +280,9 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		// The move is the unlink: name its entry before it happens.
 		if sum, cur, err := n.r.sumPath(abs); err == nil {
 			in.Orig = &journal.File{Path: rel, Size: cur.Size, XXH64: sum, CM: cmroot.Name(sum, cur.Size)}
-			n.r.inflight.update(slot, &in)
+			if err := n.r.inflight.update(slot, &in); err != nil {
+				return toErrno(err)
+			}
 		}
 	}
 	orig, err := n.r.preserve(abs, h)
@@ -256,7 +290,12 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		return toErrno(err)
 	}
 	orig.Path = rel
-	n.r.intendOrig(slot, &in, rel, orig)
+	if err := n.r.intendOrig(slot, &in, rel, orig); err != nil {
+		if n.r.undo(orig, abs) != nil {
+			n.r.keep(slot, in)
+		}
+		return toErrno(err)
+	}
 	if h != byMove {
 		if err := syscall.Unlink(abs); err != nil {
 			n.r.undo(orig, "")
@@ -264,7 +303,9 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		}
 	}
 	if err := n.r.emit(ctx, fileEvent(journal.Delete, rel, orig.File)); err != nil {
-		n.r.undo(orig, abs)
+		if n.r.undo(orig, abs) != nil {
+			n.r.keep(slot, in)
+		}
 		return toErrno(err)
 	}
 	n.r.unlinkedName(rel, &st)
@@ -297,7 +338,10 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	slot := -1
 	if in.Type != "" {
 		var done func()
-		slot, done = n.r.intend(&in)
+		var err error
+		if slot, done, err = n.r.intend(&in); err != nil {
+			return toErrno(err)
+		}
 		defer done()
 	}
 
@@ -335,9 +379,40 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		}
 		p.Path = newRel
 		target = &p
-		n.r.intendOrig(slot, &in, newRel, p)
+		if err := n.r.intendOrig(slot, &in, newRel, p); err != nil {
+			n.r.undo(p, "")
+			n.r.undoAll(kept)
+			return toErrno(err)
+		}
+	}
+	// Should the event not be journaled, the rename is undone: the
+	// replaced inode is held by a second name until then.
+	var hold string
+	if targetExists && !newEx && flags&(unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE) == 0 &&
+		tst.Mode&syscall.S_IFMT != syscall.S_IFDIR && n.r.tmpDir != "" {
+		hold = n.r.tmpName("hold")
+		if err := syscall.Link(newAbs, hold); err != nil {
+			if target != nil {
+				n.r.undo(*target, "")
+			}
+			n.r.undoAll(kept)
+			return toErrno(err)
+		}
+		defer os.Remove(hold)
 	}
 	if err := unix.Renameat2(unix.AT_FDCWD, oldAbs, unix.AT_FDCWD, newAbs, uint(flags)); err != nil {
+		if target != nil {
+			n.r.undo(*target, "")
+		}
+		n.r.undoAll(kept)
+		return toErrno(err)
+	}
+	// fail undoes the rename after err, or keeps its intent if it cannot.
+	fail := func(err error) syscall.Errno {
+		if n.r.unrename(oldAbs, newAbs, flags, targetExists, &tst, hold, target) != nil {
+			n.r.keep(slot, in)
+			return toErrno(err)
+		}
 		if target != nil {
 			n.r.undo(*target, "")
 		}
@@ -352,7 +427,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		// Arriving from scratch space: the content is new to the tree.
 		var err error
 		if events, err = n.r.arrivals(newAbs, newRel); err != nil {
-			return toErrno(err)
+			return fail(err)
 		}
 		if restoring(oldRel) {
 			for _, e := range events {
@@ -371,7 +446,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		if src.Mode&syscall.S_IFMT == syscall.S_IFREG {
 			sum, st, err := n.r.sumPath(newAbs)
 			if err != nil {
-				return toErrno(err)
+				return fail(err)
 			}
 			e.Files = append(e.Files, journal.File{Path: newRel, Size: st.Size, XXH64: sum})
 		}
@@ -383,7 +458,36 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 		}
 		events = append(events, e)
 	}
-	return toErrno(n.r.emit(ctx, events...))
+	if err := n.r.emit(ctx, events...); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// unrename undoes a rename of oldAbs to newAbs: the renamed object goes
+// back, and what it replaced (st, when existed) is put back from hold,
+// its second name, or else from its cmroot entry target.
+func (r *root) unrename(oldAbs, newAbs string, flags uint32, existed bool, st *syscall.Stat_t, hold string, target *preserved) error {
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		return unix.Renameat2(unix.AT_FDCWD, newAbs, unix.AT_FDCWD, oldAbs, unix.RENAME_EXCHANGE)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, newAbs, unix.AT_FDCWD, oldAbs, unix.RENAME_NOREPLACE); err != nil {
+		return err
+	}
+	switch {
+	case !existed:
+		return nil
+	case hold != "":
+		return unix.Renameat2(unix.AT_FDCWD, hold, unix.AT_FDCWD, newAbs, unix.RENAME_NOREPLACE)
+	case st.Mode&syscall.S_IFMT == syscall.S_IFDIR:
+		if err := syscall.Mkdir(newAbs, st.Mode&07777); err != nil {
+			return err
+		}
+		return syscall.Lchown(newAbs, int(st.Uid), int(st.Gid))
+	case target != nil:
+		return r.cm.Restore(target.CM, newAbs)
+	}
+	return fmt.Errorf("rename: cannot put back what %s replaced", newAbs)
 }
 
 // renameEvent types a rename by what moved: a database, table or
@@ -428,7 +532,10 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 		return nil, syscall.EILSEQ
 	}
 	if !n.r.excluded(rel) {
-		_, done := n.r.intend(&intent{Type: journal.Link, Path: trel, NewPath: rel})
+		_, done, err := n.r.intend(&intent{Type: journal.Link, Path: trel, NewPath: rel})
+		if err != nil {
+			return nil, toErrno(err)
+		}
 		defer done()
 	}
 	if err := syscall.Link(n.r.abs(trel), abs); err != nil {
@@ -477,7 +584,10 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if n.r.excluded(rel) {
 		return n.LoopbackNode.Symlink(ctx, target, name, out)
 	}
-	_, done := n.r.intend(&intent{Type: journal.Symlink, Path: rel, Target: target})
+	_, done, err := n.r.intend(&intent{Type: journal.Symlink, Path: rel, Target: target})
+	if err != nil {
+		return nil, toErrno(err)
+	}
 	defer done()
 	ch, errno := n.LoopbackNode.Symlink(ctx, target, name, out)
 	if errno != 0 {

@@ -27,7 +27,10 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if !n.r.excluded(rel) {
 		// Should the mount die between creating the file and registering
 		// its handle, the next mount journals the new file.
-		_, done := n.r.intend(&intent{Type: journal.Write, Path: rel})
+		_, done, err := n.r.intend(&intent{Type: journal.Write, Path: rel})
+		if err != nil {
+			return nil, nil, 0, toErrno(err)
+		}
 		defer done()
 	}
 	f, err := os.OpenFile(abs, int(flags)|os.O_CREATE|os.O_EXCL, os.FileMode(mode))
@@ -48,7 +51,13 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
 	// A new file is new content, even if it is never written to.
-	return ch, cn.register(f, rel, true, n.r.excluded(rel), true, nil), 0, 0
+	fh, err := cn.register(f, rel, true, n.r.excluded(rel), true, nil)
+	if err != nil {
+		f.Close()
+		syscall.Unlink(abs)
+		return nil, nil, 0, toErrno(err)
+	}
+	return ch, fh, 0, 0
 }
 
 // createExisting is O_CREAT without O_EXCL of a file that exists: an open,
@@ -85,11 +94,16 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		}
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		return n.register(f, rel, write, n.r.excluded(rel), false, nil), 0, 0
+		return n.registered(f, rel, write, n.r.excluded(rel), false, nil)
 	}
 
 	if errno := n.r.journalable(rel); errno != 0 {
 		return nil, 0, errno
+	}
+	// Refuse before anything changes if the journal could not take
+	// the events.
+	if err := n.r.log.Admit(); err != nil {
+		return nil, 0, toErrno(err)
 	}
 	var st syscall.Stat_t
 	if err := syscall.Lstat(abs, &st); err != nil {
@@ -117,7 +131,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		if err != nil {
 			return nil, 0, toErrno(err)
 		}
-		return n.register(f, rel, true, false, false, nil), 0, 0
+		return n.registered(f, rel, true, false, false, nil)
 	}
 
 	if trunc {
@@ -125,39 +139,73 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		var orig preserved
 		var err error
 		in := intent{Type: journal.Truncate, Path: rel}
-		slot, done := n.r.intend(&in)
+		slot, done, err := n.r.intend(&in)
+		if err != nil {
+			return nil, 0, toErrno(err)
+		}
 		defer done()
+		// undo puts the original back; if it cannot, the truncation is
+		// journaled later (keep).
+		var undo func() error
 		if mayReplace && n.opens == 0 && n.r.treeLinks(&st) == 1 {
 			// O(1): keep the original inode in cmroot, put a new one in its place.
 			if orig, err = n.r.preserve(abs, byLink); err != nil {
 				return nil, 0, toErrno(err)
 			}
-			n.r.intendOrig(slot, &in, rel, orig)
-			if f, err = n.r.replace(abs, &st, flags); err != nil {
+			if err = n.r.intendOrig(slot, &in, rel, orig); err != nil {
 				n.r.undo(orig, "")
 				return nil, 0, toErrno(err)
 			}
-			n.swappedTo(f)
+			var old string
+			if f, old, err = n.r.replace(abs, &st, flags); err != nil {
+				n.r.undo(orig, "")
+				return nil, 0, toErrno(err)
+			}
+			defer os.Remove(old)
+			prev := n.swappedTo(f)
+			undo = func() error {
+				if err := unix.Renameat2(unix.AT_FDCWD, old, unix.AT_FDCWD, abs, unix.RENAME_EXCHANGE); err != nil {
+					return err
+				}
+				n.unswap(f, prev)
+				return nil
+			}
 		} else {
 			// Other handles or links must see the truncation: copy, then
 			// truncate in place.
 			if orig, err = n.r.preserve(abs, n.copying(0)); err != nil {
 				return nil, 0, toErrno(err)
 			}
-			n.r.intendOrig(slot, &in, rel, orig)
+			if err = n.r.intendOrig(slot, &in, rel, orig); err != nil {
+				n.r.undo(orig, "")
+				return nil, 0, toErrno(err)
+			}
 			if f, err = os.OpenFile(abs, int(flags)|syscall.O_NOFOLLOW, 0); err != nil {
 				n.r.undo(orig, "")
 				return nil, 0, toErrno(err)
 			}
+			undo = func() error { return n.r.refill(orig, fmt.Sprintf("/proc/self/fd/%d", f.Fd())) }
 		}
 		// Truncated in place, the file is empty under all its names.
 		names := n.r.linkNames(rel, &st)
 		events := contentEvents(journal.Truncate, rel, names, journal.File{Size: 0, XXH64: emptySum}, &orig.File)
 		if err := n.r.emit(ctx, events...); err != nil {
+			if undo() != nil {
+				n.r.keep(slot, in)
+			} else {
+				n.r.undo(orig, "")
+			}
 			f.Close()
 			return nil, 0, toErrno(err)
 		}
-		return n.register(f, rel, true, false, false, nil), 0, 0
+		fh, err := n.register(f, rel, true, false, false, nil)
+		if err != nil {
+			// The truncation is journaled; only the handle's intent could
+			// not be written: refuse the open, keep the truncation.
+			f.Close()
+			return nil, 0, toErrno(err)
+		}
+		return fh, 0, 0
 	}
 
 	// An in-place update: with passthrough the writes never reach us, so
@@ -171,32 +219,85 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		n.r.undo(orig, "")
 		return nil, 0, toErrno(err)
 	}
-	return n.register(f, rel, true, false, false, &orig), 0, 0
+	fh, err := n.register(f, rel, true, false, false, &orig)
+	if err != nil {
+		f.Close()
+		n.r.undo(orig, "")
+		return nil, 0, toErrno(err)
+	}
+	return fh, 0, 0
+}
+
+// registered is register for the results of an open.
+func (n *node) registered(f *os.File, rel string, write, excluded, created bool, orig *preserved) (gofs.FileHandle, uint32, syscall.Errno) {
+	fh, err := n.register(f, rel, write, excluded, created, orig)
+	if err != nil {
+		f.Close()
+		return nil, 0, toErrno(err)
+	}
+	return fh, 0, 0
+}
+
+// refill writes the preserved original p back into the file at abs, in
+// place: the undo of a truncation that could not be journaled.
+func (r *root) refill(p preserved, abs string) error {
+	src, err := r.cm.Open(p.CM)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	f, err := os.OpenFile(abs, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var off int64
+	buf := make([]byte, 1<<20)
+	for off < p.Size {
+		k, err := src.ReadAt(buf[:min(int64(len(buf)), p.Size-off)], off)
+		if k > 0 {
+			if _, werr := f.WriteAt(buf[:k], off); werr != nil {
+				return werr
+			}
+			off += int64(k)
+		}
+		if err != nil && off < p.Size {
+			return err
+		}
+	}
+	return f.Truncate(p.Size)
 }
 
 var replaceSeq atomic.Uint64
 
+// tmpName returns a fresh name in the temporary directory.
+func (r *root) tmpName(what string) string {
+	return filepath.Join(r.tmpDir, fmt.Sprintf("%s-%d-%d", what, os.Getpid(), replaceSeq.Add(1)))
+}
+
 // replace puts a new, empty inode with st's mode and owner at abs and
-// returns it opened with flags. The old inode is no longer at abs.
-func (r *root) replace(abs string, st *syscall.Stat_t, flags uint32) (*os.File, error) {
-	tmp := filepath.Join(r.tmpDir, fmt.Sprintf("replace-%d-%d", os.Getpid(), replaceSeq.Add(1)))
-	f, err := os.OpenFile(tmp, int(flags&^(syscall.O_TRUNC|syscall.O_APPEND))|os.O_CREATE|os.O_EXCL, 0600)
+// returns it opened with flags. The old inode is no longer at abs: it is
+// at old, in the temporary directory, until the caller removes it — or
+// exchanges it back to undo the replacement.
+func (r *root) replace(abs string, st *syscall.Stat_t, flags uint32) (f *os.File, old string, err error) {
+	tmp := r.tmpName("replace")
+	f, err = os.OpenFile(tmp, int(flags&^(syscall.O_TRUNC|syscall.O_APPEND))|os.O_CREATE|os.O_EXCL, 0600)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	fd := int(f.Fd())
 	if err = syscall.Fchown(fd, int(st.Uid), int(st.Gid)); err == nil {
 		err = syscall.Fchmod(fd, st.Mode&07777)
 	}
 	if err == nil {
-		err = os.Rename(tmp, abs)
+		err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, abs, unix.RENAME_EXCHANGE)
 	}
 	if err != nil {
 		f.Close()
 		os.Remove(tmp)
-		return nil, err
+		return nil, "", err
 	}
-	return f, nil
+	return f, tmp, nil
 }
 
 // copying says how to copy the node's original: self of its writers are
@@ -209,33 +310,64 @@ func (n *node) copying(self int) how {
 	return byCopyIdle
 }
 
-// swappedTo records that the node's name now holds the inode open as f.
-func (n *node) swappedTo(f *os.File) {
+// swappedTo records that the node's name now holds the inode open as f,
+// and returns what it replaced, for unswap.
+func (n *node) swappedTo(f *os.File) (prev swapped) {
 	var x unix.Statx_t
 	if unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_INO|unix.STATX_BTIME, &x) != nil {
-		return
+		return swapped{}
 	}
 	r := n.r
 	r.swapMu.Lock()
 	defer r.swapMu.Unlock()
-	if old := n.swapped.Swap(x.Ino); old != 0 && r.swaps[old].n == n {
+	old := n.swapped.Swap(x.Ino)
+	prev = swapped{ino: old, set: true}
+	if e, ok := r.swaps[old]; old != 0 && ok && e.n == n {
+		prev.e = e
 		delete(r.swaps, old)
 	}
 	if r.swaps == nil {
 		r.swaps = make(map[uint64]swap)
 	}
 	r.swaps[x.Ino] = swap{n: n, btime: x.Btime}
+	return prev
+}
+
+// swapped is the node's identity before a swap.
+type swapped struct {
+	ino uint64
+	e   swap
+	set bool
+}
+
+// unswap undoes swappedTo(f), once the original inode is back.
+func (n *node) unswap(f *os.File, prev swapped) {
+	if !prev.set {
+		return
+	}
+	var x unix.Statx_t
+	r := n.r
+	r.swapMu.Lock()
+	defer r.swapMu.Unlock()
+	if unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_INO, &x) == nil {
+		if e, ok := r.swaps[x.Ino]; ok && e.n == n {
+			delete(r.swaps, x.Ino)
+		}
+	}
+	n.swapped.Store(prev.ino)
+	if prev.ino != 0 && prev.e.n != nil {
+		r.swaps[prev.ino] = prev.e
+	}
 }
 
 // register wraps an opened backing file as the node's handle; n.mu must
 // be held by the caller unless the node is new. The content of a created
 // file is journaled at its first close even if nothing is written; any
 // other handle journals only a change from the state it opened.
-func (n *node) register(f *os.File, rel string, write, excluded, created bool, orig *preserved) *file {
-	n.opens++
-	if write {
-		n.writers++
-	}
+//
+// It fails, registering nothing, when the handle's intent cannot be
+// recorded; the caller undoes the open.
+func (n *node) register(f *os.File, rel string, write, excluded, created bool, orig *preserved) (*file, error) {
 	fh := &file{LoopbackFile: gofs.NewLoopbackFileFromOS(f), f: f, n: n, write: write, excluded: excluded, orig: orig, slot: -1}
 	if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err == nil {
 		fh.readable = fl&syscall.O_ACCMODE != syscall.O_WRONLY
@@ -257,10 +389,18 @@ func (n *node) register(f *os.File, rel string, write, excluded, created bool, o
 		default:
 			in.Base, _ = n.r.sums.get(statState(&st))
 		}
-		fh.slot, _ = n.r.intend(&in)
-		fh.intent = in
+		// Admitted already: the open's change, if any, is made.
+		slot, _, err := n.r.record(&in)
+		if err != nil {
+			return nil, err
+		}
+		fh.slot, fh.intent = slot, in
 	}
-	return fh
+	n.opens++
+	if write {
+		n.writers++
+	}
+	return fh, nil
 }
 
 func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -299,25 +439,42 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		return n.setattr(ctx, f, in, out)
 	}
 	it := intent{Type: journal.Truncate, Path: rel}
-	slot, done := n.r.intend(&it)
+	slot, done, err := n.r.intend(&it)
+	if err != nil {
+		return toErrno(err)
+	}
 	defer done()
 	names := n.r.linkNames(rel, &st)
 
 	var orig *preserved
+	// undo puts the content back as it was; if it cannot, the change is
+	// journaled later (keep).
+	undo := func() error { return syscall.Truncate(abs, st.Size) }
 	if st.Size > 0 {
 		if mayReplace && n.opens == 0 && n.r.treeLinks(&st) == 1 {
 			p, err := n.r.preserve(abs, byLink)
 			if err != nil {
 				return toErrno(err)
 			}
-			n.r.intendOrig(slot, &it, rel, p)
-			nf, err := n.r.replace(abs, &st, syscall.O_RDONLY)
+			if err := n.r.intendOrig(slot, &it, rel, p); err != nil {
+				n.r.undo(p, "")
+				return toErrno(err)
+			}
+			nf, old, err := n.r.replace(abs, &st, syscall.O_RDONLY)
 			if err != nil {
 				n.r.undo(p, "")
 				return toErrno(err)
 			}
-			n.swappedTo(nf)
-			nf.Close()
+			defer os.Remove(old)
+			prev := n.swappedTo(nf)
+			defer nf.Close()
+			undo = func() error {
+				if err := unix.Renameat2(unix.AT_FDCWD, old, unix.AT_FDCWD, abs, unix.RENAME_EXCHANGE); err != nil {
+					return err
+				}
+				n.unswap(nf, prev)
+				return nil
+			}
 			in.Valid &^= fuse.FATTR_SIZE
 			orig = &p
 		} else {
@@ -329,8 +486,14 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 			if err != nil {
 				return toErrno(err)
 			}
-			n.r.intendOrig(slot, &it, rel, p)
+			if err := n.r.intendOrig(slot, &it, rel, p); err != nil {
+				n.r.undo(p, "")
+				return toErrno(err)
+			}
 			orig = &p
+			if size < uint64(st.Size) {
+				undo = func() error { return n.r.refill(p, abs) }
+			}
 		}
 	}
 	if errno := n.setattr(ctx, f, in, out); errno != 0 {
@@ -340,16 +503,26 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		return errno
 	}
 	sum := emptySum
+	var serr error
 	if size > 0 {
-		if sum, _, err = n.r.sumPath(abs); err != nil {
-			return toErrno(err)
+		sum, _, serr = n.r.sumPath(abs)
+	}
+	if serr == nil {
+		var o *journal.File
+		if orig != nil {
+			o = &orig.File
 		}
+		serr = n.r.emit(ctx, contentEvents(journal.Truncate, rel, names, journal.File{Size: int64(size), XXH64: sum}, o)...)
 	}
-	var o *journal.File
-	if orig != nil {
-		o = &orig.File
+	if serr != nil {
+		if undo() != nil {
+			n.r.keep(slot, it)
+		} else if orig != nil {
+			n.r.undo(*orig, "")
+		}
+		return toErrno(serr)
 	}
-	return toErrno(n.r.emit(ctx, contentEvents(journal.Truncate, rel, names, journal.File{Size: int64(size), XXH64: sum}, o)...))
+	return 0
 }
 
 // setattr is the plain loopback setattr, with cmroot's links hidden.
@@ -383,6 +556,8 @@ type file struct {
 	// slot holds the handle's intent in the in-flight table, -1 if none.
 	slot   int
 	intent intent
+	// unjournaled says the last flush could not journal the content.
+	unjournaled bool
 }
 
 var (
@@ -437,8 +612,13 @@ func (f *file) Flush(ctx context.Context) syscall.Errno {
 	// Every name of the file holds the new content.
 	names := r.linkNames(rel, cur)
 	if err := r.emit(ctx, contentEvents(journal.Write, rel, names, journal.File{Size: cur.Size, XXH64: sum}, orig)...); err != nil {
+		// The content is in the file and cannot be taken back: close
+		// fails, and the handle's intent outlives it (Release) until a
+		// later event or the next mount's recovery journals the content.
+		f.unjournaled = true
 		return toErrno(err)
 	}
+	f.unjournaled = false
 	f.orig, f.last, f.synced = nil, statState(cur), true
 	f.intent = intent{After: r.log.Last(), Type: journal.Write, Path: rel, Base: sum}
 	r.inflight.update(f.slot, &f.intent)
@@ -480,7 +660,13 @@ func (f *file) reader() (*os.File, func(), error) {
 
 func (f *file) Release(ctx context.Context) syscall.Errno {
 	if f.slot >= 0 {
-		f.n.r.inflight.end(f.slot)
+		f.mu.Lock()
+		if f.unjournaled {
+			f.n.r.keep(f.slot, f.intent)
+		} else {
+			f.n.r.inflight.end(f.slot)
+		}
+		f.mu.Unlock()
 	}
 	f.n.mu.Lock()
 	f.n.opens--

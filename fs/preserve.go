@@ -64,19 +64,19 @@ func (r *root) preserve(abs string, h how) (preserved, error) {
 }
 
 // undo reverses a preservation whose operation failed: a moved original
-// goes back to abs, a new entry is dropped.
-func (r *root) undo(p preserved, abs string) {
+// goes back to abs, a new entry is dropped. An error means the original
+// is not back at abs (it is still in cmroot).
+func (r *root) undo(p preserved, abs string) error {
 	if p.moved && abs != "" {
 		if p.created {
-			r.cm.Unpreserve(p.CM, abs)
-		} else {
-			r.cm.Restore(p.CM, abs) // the entry predates us: copy it back
+			return r.cm.Unpreserve(p.CM, abs)
 		}
-		return
+		return r.cm.Restore(p.CM, abs) // the entry predates us: copy it back
 	}
 	if p.created {
 		r.cm.Drop(p.CM)
 	}
+	return nil
 }
 
 func (r *root) undoAll(ps []preserved) {

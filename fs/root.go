@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unicode/utf8"
 
@@ -53,6 +54,12 @@ type root struct {
 	// links knows every tree name of multiply-linked files (links.go);
 	// nil in tests that build a root by hand.
 	links *linkIndex
+
+	// pending are changes that took effect without their event (keep);
+	// pendN is len(pending), read without the lock on every emit.
+	pendMu  sync.Mutex
+	pending []kept
+	pendN   atomic.Int32
 
 	// swaps maps an inode cmfs swapped in to the node it belongs to.
 	swapMu sync.Mutex
@@ -140,15 +147,25 @@ func (r *root) isHidden(rel string) bool { return r.hidden[rel] }
 // emit journals events; it returns once they, and everything they name,
 // are durable (see flush.go).
 func (r *root) emit(ctx context.Context, events ...*journal.Event) error {
+	var ks []kept
+	if r.pendN.Load() > 0 {
+		// Changes that are still to be journaled come first.
+		var pre []*journal.Event
+		pre, ks = r.takePending()
+		events = append(pre, events...)
+	}
 	if len(events) == 0 {
 		return nil
 	}
 	if err := r.flush(r.named(events)); err != nil {
+		r.settle(ks, false)
 		return err
 	}
 	if err := r.log.Append(context.WithoutCancel(ctx), events...); err != nil {
+		r.settle(ks, false)
 		return fmt.Errorf("journal: %w", err)
 	}
+	r.settle(ks, true)
 	return nil
 }
 

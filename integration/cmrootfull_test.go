@@ -116,8 +116,26 @@ func TestCMRootFull(t *testing.T) {
 			if got, err := os.ReadFile(m.path(f)); err != nil || !bytes.Equal(got, want) {
 				t.Errorf("after the failed %s, %s holds %d bytes (%v), want its %d original bytes", o.name, f, len(got), err, len(want))
 			}
+			checkMountJournal(t, m, o.name+" of "+f+" with cmroot full")
 		}
 	}
+	// rm -r of the partition: every file inside is refused, so the
+	// directory stays.
+	dir := filepath.Dir(m.path(files[0]))
+	if err := os.RemoveAll(dir); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("rm -r %s with cmroot full: %v, want ENOSPC", dir, err)
+	}
+	for _, f := range files[:2] {
+		if got, err := os.ReadFile(m.path(f)); err != nil || !bytes.Equal(got, big[:len(big)-len(f)]) {
+			t.Errorf("after the failed rm -r, %s holds %d bytes (%v), want its original", f, len(got), err)
+		}
+	}
+	checkMountJournal(t, m, "rm -r with cmroot full")
+	// New content needs nothing from cmroot: create+write+close works.
+	if err := writeClose(m.path("sales.db/orders/dt=1/part-new"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, []byte("new\n")); err != nil {
+		t.Errorf("create+write+close with cmroot full: %v", err)
+	}
+	checkMountJournal(t, m, "create+write+close with cmroot full")
 	// No event claims to have preserved what the failed operations left.
 	for _, ev := range eventsFrom(t, m.State, before+1) {
 		for _, fl := range ev.Files {

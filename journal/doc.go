@@ -24,6 +24,26 @@
 // which the JSON encoding could not store losslessly; it fails with
 // ErrInvalid rather than journal something a replica would get wrong.
 //
+// # A full file system
+//
+// A commit must never be the first to learn that the file system is full:
+// the change it records has already happened. A writable Log keeps a
+// reserve (Options.Reserve, DefaultReserve 4 MiB) allocated beyond bbolt's
+// high-water mark with fallocate(FALLOC_FL_KEEP_SIZE): bbolt grows its file
+// by truncate and allocates pages only when a commit writes them, so the
+// pages a commit adds are already there, and the file's size and content
+// are what bbolt wrote. After a commit that moved the high-water mark the
+// reserve is refilled (one fallocate per quarter reserve of growth). When
+// a refill fails the reserve is short, and Admit fails with ErrNoSpace
+// (wrapping ENOSPC) until a refill succeeds: callers refuse new changes
+// before making them, while the changes already admitted commit into what
+// is left. A batch that would still not fit fails before bbolt writes
+// anything (ErrNoSpace, no ids assigned), never half way. Cost: an atomic
+// load per Admit, a read transaction per commit. On a file system without
+// fallocate there is no reserve and Admit always admits. On ext4 writing
+// into preallocated (unwritten) extents may need a metadata block, which
+// ext4's own reserved clusters cover.
+//
 // # One writer
 //
 // A writer holds an exclusive lock on the file (flock, through bbolt) for

@@ -53,6 +53,13 @@ type Options struct {
 	LockTimeout time.Duration
 	// MaxBatch bounds how many appends share one commit; 0 means 1024.
 	MaxBatch int
+	// Reserve is the space kept allocated beyond the journal's data, so
+	// that commits never meet a full file system (see Admit); 0 means
+	// DefaultReserve, less than 128 KiB means 128 KiB.
+	Reserve int64
+
+	// fallocate replaces the system call, for tests.
+	fallocate func(fd int, mode uint32, off, size int64) error
 }
 
 // defaultMaxBatch is the MaxBatch of the zero Options.
@@ -95,6 +102,10 @@ type Log struct {
 	notify   chan struct{} // closed and replaced after every commit
 
 	w writer // owned by the writer goroutine
+
+	res      *reserve
+	hwm      atomic.Int64 // bbolt's high-water mark after the last commit
+	pageSize int
 }
 
 // Open opens or creates the journal at path. The directory must exist.
@@ -171,6 +182,19 @@ func Open(path string, opts Options) (*Log, error) {
 		db.Close()
 		return nil, fmt.Errorf("open journal %s: %w", path, err)
 	}
+	var hwm int64
+	db.View(func(tx *bolt.Tx) error { hwm = tx.Size(); return nil })
+	if opts.Reserve == 0 {
+		opts.Reserve = DefaultReserve
+	}
+	res, err := newReserve(path, opts.Reserve, hwm, opts.fallocate)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open journal %s: %w", path, err)
+	}
+	l.res = res
+	l.hwm.Store(hwm)
+	l.pageSize = db.Info().PageSize
 	l.db = db
 	l.last.Store(last)
 	l.first = last
@@ -351,8 +375,9 @@ func (l *Log) readLast() (uint64, error) {
 // committed. On error no id is assigned (ID and a Time that Append set are
 // reset to zero).
 //
-// Errors: ErrReadOnly, ErrClosed, ErrInvalid (wrapped), ctx.Err(), or the
-// commit's error.
+// Errors: ErrReadOnly, ErrClosed, ErrInvalid (wrapped), ctx.Err(),
+// ErrNoSpace (wrapped; the batch did not fit in what the file system has
+// left, nothing was written), or the commit's error.
 func (l *Log) Append(ctx context.Context, events ...*Event) error {
 	if l.db == nil {
 		return ErrReadOnly
@@ -391,6 +416,26 @@ func (l *Log) Append(ctx context.Context, events ...*Event) error {
 	err := <-r.done
 	r.free()
 	return err
+}
+
+// Admit says whether the journal can take the events of a new change: it
+// fails with ErrNoSpace (wrapping ENOSPC) while the reserve is short — the
+// file system is full — so that the caller refuses the change before
+// making it. Changes admitted while the reserve holds find room for their
+// events even when the file system fills up meanwhile. It costs an atomic
+// load while the reserve holds, one fallocate(2) attempt while it is
+// short. A read-only Log admits nothing (ErrReadOnly).
+func (l *Log) Admit() error {
+	if l.db == nil {
+		return ErrReadOnly
+	}
+	if !l.res.short.Load() {
+		return nil
+	}
+	if !l.res.refill(l.hwm.Load()) {
+		return ErrNoSpace
+	}
+	return nil
 }
 
 // Last returns the id of the newest event, 0 when the log is empty. A
@@ -597,6 +642,7 @@ func (l *Log) Close() error {
 	<-l.stopped
 	l.isClosed.Store(true)
 	close(l.done)
+	l.res.close()
 	if err := l.db.Close(); err != nil {
 		return fmt.Errorf("close journal %s: %w", l.path, err)
 	}

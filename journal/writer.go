@@ -168,6 +168,17 @@ func (l *Log) commit(batch []*request) {
 	if len(w.ends) == 0 {
 		return
 	}
+	// The pages this commit may add must be allocated already: a commit
+	// that failed writing them would leave bbolt's outcome unknown.
+	if err := l.res.room(l.hwm.Load(), commitNeed(len(w.arena), len(w.ends), l.pageSize)); err != nil {
+		for _, r := range batch {
+			if r.err == nil {
+				r.reset()
+				r.err = err
+			}
+		}
+		return
+	}
 	err := l.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(eventsBucket)
 		// Keys only ever grow: fill pages completely.
@@ -206,6 +217,10 @@ func (l *Log) commit(batch []*request) {
 	l.last.Store(id)
 	l.commits.Add(1)
 	l.broadcast()
+	var hwm int64
+	l.db.View(func(tx *bolt.Tx) error { hwm = tx.Size(); return nil })
+	l.hwm.Store(hwm)
+	l.res.refill(hwm)
 }
 
 // reset undoes what the writer assigned to a request that failed.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,6 +34,7 @@ type mountOptions struct {
 	options           []string
 	daemon            bool
 	debug             bool
+	journalReserve    cli.ByteSize
 }
 
 func newMountCmd(g *globalOptions) *cobra.Command {
@@ -63,6 +65,8 @@ mount is ready; the background process logs to STATE/cmfs.log.`,
 	f.StringArrayVarP(&opts.options, "options", "o", nil, "mount `OPTS`, comma separated (allow_other implies default_permissions)")
 	f.BoolVar(&opts.daemon, "daemon", false, "run in the background; return once the mount is ready")
 	f.BoolVar(&opts.debug, "debug", false, "log every FUSE request to stderr")
+	opts.journalReserve = journal.DefaultReserve
+	f.Var(&opts.journalReserve, "journal-reserve", "space kept allocated for the journal; changes are refused (ENOSPC) while it cannot be kept")
 	return cmd
 }
 
@@ -135,12 +139,13 @@ func planMount(opts mountOptions, args []string) (mountPlan, error) {
 		return p, fmt.Errorf("state directory %s is too deep: the control socket path would be %d bytes, a unix socket allows %d", state, len(sock), maxSocketPath)
 	}
 	cfg := cmfs.Config{
-		Backing: backing,
-		State:   state,
-		CMRoot:  cmrootDir,
-		Retain:  opts.retain,
-		Exclude: excludes,
-		Debug:   opts.debug,
+		Backing:        backing,
+		State:          state,
+		CMRoot:         cmrootDir,
+		Retain:         opts.retain,
+		JournalReserve: int64(opts.journalReserve),
+		Exclude:        excludes,
+		Debug:          opts.debug,
 	}
 	for _, o := range opts.options {
 		for _, kv := range strings.Split(o, ",") {
@@ -204,13 +209,13 @@ func runMount(ctx context.Context, g *globalOptions, opts mountOptions, args []s
 // a moment to let go.
 func openMountJournal(ctx context.Context, plan mountPlan) (*journal.Log, error) {
 	path := filepath.Join(plan.cfg.State, cmfs.JournalFile)
-	j, err := journal.Open(path, journal.Options{})
+	j, err := journal.Open(path, journal.Options{Reserve: plan.cfg.JournalReserve})
 	if errors.Is(err, journal.ErrLocked) {
 		if c, st := live(ctx, plan.target()); c != nil {
 			c.Close()
 			return nil, fmt.Errorf("%s is already mounted at %s (pid %d)", plan.cfg.Backing, st.Mountpoint, st.PID)
 		}
-		j, err = journal.Open(path, journal.Options{LockTimeout: 3 * time.Second})
+		j, err = journal.Open(path, journal.Options{LockTimeout: 3 * time.Second, Reserve: plan.cfg.JournalReserve})
 	}
 	if errors.Is(err, journal.ErrLocked) {
 		return nil, fmt.Errorf("%s is already mounted: journal %s is locked by another process", plan.cfg.Backing, path)
@@ -372,7 +377,8 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 		return fmt.Errorf("daemon: %w", err)
 	}
 	cfg := plan.cfg
-	args := []string{"mount", "--state", cfg.State, "--cmroot", cfg.CMRoot, "--retain", cfg.Retain.String()}
+	args := []string{"mount", "--state", cfg.State, "--cmroot", cfg.CMRoot, "--retain", cfg.Retain.String(),
+		"--journal-reserve", strconv.FormatInt(cfg.JournalReserve, 10)}
 	if opts.noDefaultExcludes {
 		args = append(args, "--no-default-excludes")
 	}
