@@ -226,6 +226,7 @@ func (r *root) record(in *intent) (slot int, done func(), err error) {
 	if slot, err = r.inflight.begin(in); err != nil {
 		return -1, nil, err
 	}
+	hit(in.Type, stepIntended)
 	return slot, func() { r.inflight.end(slot) }, nil
 }
 
@@ -236,7 +237,11 @@ func (r *root) intendOrig(slot int, in *intent, rel string, p preserved) error {
 	o := p.File
 	o.Path = rel
 	in.Orig = &o
-	return r.inflight.update(slot, in)
+	if err := r.inflight.update(slot, in); err != nil {
+		return err
+	}
+	hit(in.Type, stepPreserved)
+	return nil
 }
 
 // keep is for a change that took effect, could not be undone, and whose
@@ -380,24 +385,30 @@ func (r *root) journaledSince(in intent, e *journal.Event) (bool, error) {
 
 // sameKind says whether an event of type got records a change of type want
 // (an intent records the generic type; the event may carry the warehouse one).
-func sameKind(got, want journal.Type) bool {
-	kinds := map[journal.Type]journal.Type{
-		journal.Insert:          journal.Write,
-		journal.Restore:         journal.Write,
-		journal.CreateDatabase:  journal.Mkdir,
-		journal.CreateTable:     journal.Mkdir,
-		journal.AddPartition:    journal.Mkdir,
-		journal.DropDatabase:    journal.Rmdir,
-		journal.DropTable:       journal.Rmdir,
-		journal.DropPartition:   journal.Rmdir,
-		journal.RenameDatabase:  journal.Rename,
-		journal.RenameTable:     journal.Rename,
-		journal.RenamePartition: journal.Rename,
+func sameKind(got, want journal.Type) bool { return generic(got) == want }
+
+// genericTypes maps each warehouse event type to the generic type of the
+// change it records.
+var genericTypes = map[journal.Type]journal.Type{
+	journal.Insert:          journal.Write,
+	journal.Restore:         journal.Write,
+	journal.CreateDatabase:  journal.Mkdir,
+	journal.CreateTable:     journal.Mkdir,
+	journal.AddPartition:    journal.Mkdir,
+	journal.DropDatabase:    journal.Rmdir,
+	journal.DropTable:       journal.Rmdir,
+	journal.DropPartition:   journal.Rmdir,
+	journal.RenameDatabase:  journal.Rename,
+	journal.RenameTable:     journal.Rename,
+	journal.RenamePartition: journal.Rename,
+}
+
+// generic returns the generic type of a change an event of type t records.
+func generic(t journal.Type) journal.Type {
+	if k, ok := genericTypes[t]; ok {
+		return k
 	}
-	if k, ok := kinds[got]; ok {
-		got = k
-	}
-	return got == want
+	return t
 }
 
 // recovered returns the event of in's change if the tree shows it took

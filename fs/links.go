@@ -272,6 +272,9 @@ func (r *root) unlinkedName(rel string, st *syscall.Stat_t) {
 // got the name rel through the mount.
 func (r *root) linkedName(old, rel string, st *syscall.Stat_t) {
 	if r.links != nil && isReg(st) && !r.excluded(rel) {
+		if r.excluded(old) {
+			old = "" // scratch space is no name in the tree
+		}
 		r.links.linked(st.Ino, old, rel)
 	}
 }

@@ -147,6 +147,10 @@ func (r *root) isHidden(rel string) bool { return r.hidden[rel] }
 // emit journals events; it returns once they, and everything they name,
 // are durable (see flush.go).
 func (r *root) emit(ctx context.Context, events ...*journal.Event) error {
+	var kind journal.Type // of the caller's change, for its failpoints
+	if len(events) > 0 {
+		kind = generic(events[0].Type)
+	}
 	var ks []kept
 	if r.pendN.Load() > 0 {
 		// Changes that are still to be journaled come first.
@@ -157,14 +161,17 @@ func (r *root) emit(ctx context.Context, events ...*journal.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
+	hit(kind, stepApplied)
 	if err := r.flush(r.named(events)); err != nil {
 		r.settle(ks, false)
 		return err
 	}
+	hit(kind, stepFlushed)
 	if err := r.log.Append(context.WithoutCancel(ctx), events...); err != nil {
 		r.settle(ks, false)
 		return fmt.Errorf("journal: %w", err)
 	}
+	hit(kind, stepJournaled)
 	r.settle(ks, true)
 	return nil
 }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,8 +92,9 @@ type foreground struct {
 }
 
 // startForeground mounts backing at mp with a foreground `cmfs mount` and
-// waits until the mount is there.
-func startForeground(t *testing.T, backing, mp string) *foreground {
+// waits until the mount is there; env is added to the process's
+// environment.
+func startForeground(t *testing.T, backing, mp string, env ...string) *foreground {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "cmfs.log")
 	logFile, err := os.Create(logPath)
@@ -103,6 +105,7 @@ func startForeground(t *testing.T, backing, mp string) *foreground {
 	live.Store(mp, true)
 	f := &foreground{mp: mp, cmd: exec.Command(cmfsBin, "mount", backing, mp), exited: make(chan error, 1), log: logPath}
 	f.cmd.Stdout, f.cmd.Stderr = logFile, logFile
+	f.cmd.Env = append(os.Environ(), env...)
 	if err := f.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +114,17 @@ func startForeground(t *testing.T, backing, mp string) *foreground {
 		f.kill()
 		f.wait(t)
 	})
+	// Ready once the control socket answers: the mount has fully come up
+	// (a stale socket from a killed mount refuses connections).
+	sock := filepath.Join(backing, ".cmfs", "control.sock")
+	ready := func() bool {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return isMounted(mp)
+	}
 	if !poll(10*time.Second, func() bool {
 		select {
 		case err := <-f.exited:
@@ -118,8 +132,8 @@ func startForeground(t *testing.T, backing, mp string) *foreground {
 			return true
 		default:
 		}
-		return isMounted(mp)
-	}) || !isMounted(mp) {
+		return ready()
+	}) || !ready() {
 		log, _ := os.ReadFile(logPath)
 		t.Fatalf("cmfs mount %s did not come up:\n%s", mp, log)
 	}

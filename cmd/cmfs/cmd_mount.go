@@ -271,6 +271,14 @@ func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (
 		return err
 	}
 
+	// The control socket answers only once the mount has fully come up
+	// (Mount returns after go-fuse's own first requests): that is what
+	// "ready" means to `mount --daemon` and to scripts, and a kill -9
+	// before it cannot leave the process waiting on its own mount.
+	server, err := cmfs.Mount(plan.mountpoint, cfg, j, store)
+	if err != nil {
+		return fmt.Errorf("mount %s: %w", plan.mountpoint, err)
+	}
 	ctlCtx, stopCtl := context.WithCancel(context.Background())
 	ctlDone := make(chan struct{})
 	var ctlErr error
@@ -290,16 +298,13 @@ func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (
 		<-ctlDone
 	}()
 	if err := waitControl(ctx, plan.target(), ctlDone); err != nil {
+		server.Unmount()
 		if errors.Is(err, errControlExited) {
 			return fmt.Errorf("control socket: %w", ctlErr)
 		}
 		return err
 	}
 
-	server, err := cmfs.Mount(plan.mountpoint, cfg, j, store)
-	if err != nil {
-		return fmt.Errorf("mount %s: %w", plan.mountpoint, err)
-	}
 	if cfg.Debug {
 		fmt.Fprintf(g.stderr, "cmfs: mounted %s on %s (state %s, pid %d)\n", cfg.Backing, plan.mountpoint, cfg.State, os.Getpid())
 	}

@@ -8,12 +8,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/cmfs-project/cmfs/internal/cli"
+	"github.com/cmfs-project/cmfs/internal/failpoint"
 )
 
 // globalOptions are the writers every command prints to.
@@ -50,6 +52,11 @@ func run(ctx context.Context, g *globalOptions, args []string) int {
 }
 
 func main() {
+	// Tests arm failpoints in a mount they mean to kill mid-change.
+	if err := failpoint.FromEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, "cmfs:", err)
+		os.Exit(1)
+	}
 	cli.Main(func(ctx context.Context) int {
 		return run(ctx, &globalOptions{stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:])
 	})
