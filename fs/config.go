@@ -3,19 +3,17 @@ package fs
 import (
 	"path/filepath"
 	"time"
+
+	"github.com/cmfs-project/cmfs/protect"
 )
 
-// DefaultExcludes are the engine scratch paths that are not protected: a
-// job's temporary files never fill cmroot; the rename out of them into a
-// table is the event that matters. Each glob is matched against every
-// path component.
-var DefaultExcludes = []string{"_temporary", ".hive-staging*", ".spark-staging*", "_SUCCESS", "_started_*", "_committed_*"}
+// DefaultExcludes are the engine scratch paths that are not protected
+// (protect.DefaultExcludes).
+var DefaultExcludes = protect.DefaultExcludes
 
 // RestoreStagingPrefix starts the name of the directory `cmfs restore`
-// stages a restored original in, next to its destination. Such a
-// directory is always scratch space, and the rename out of it is
-// journaled as a RESTORE.
-const RestoreStagingPrefix = ".cmfs-restore-"
+// stages a restored original in (protect.RestoreStagingPrefix).
+const RestoreStagingPrefix = protect.RestoreStagingPrefix
 
 // Config says what to mount and how.
 type Config struct {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/protect"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -32,49 +32,21 @@ const (
 // server has been unmounted and waited for. cfg must have its defaults
 // filled in (Config.WithDefaults).
 func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (*fuse.Server, error) {
-	backing, err := filepath.Abs(cfg.Backing)
+	core, _, err := protect.Open(context.Background(), protect.Options{
+		Backing: cfg.Backing,
+		State:   cfg.State,
+		Exclude: cfg.Exclude,
+		Hidden:  []string{cfg.State, cfg.CMRoot},
+	}, j, store)
 	if err != nil {
 		return nil, err
 	}
-	r := &root{backing: backing, cm: store, log: j, exclude: cfg.Exclude, hidden: map[string]bool{}}
-	var bst, cst syscall.Stat_t
+	r := &root{core: core}
+	backing := core.Backing()
+	var bst syscall.Stat_t
 	if err := syscall.Stat(backing, &bst); err != nil {
+		core.Close()
 		return nil, fmt.Errorf("backing %s: %w", backing, err)
-	}
-	for _, d := range []string{cfg.State, cfg.CMRoot} {
-		abs, err := filepath.Abs(d)
-		if err != nil {
-			return nil, err
-		}
-		if rel, err := filepath.Rel(backing, abs); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
-			r.hidden[filepath.ToSlash(rel)] = true
-		}
-	}
-	if err := syscall.Stat(store.Dir(), &cst); err != nil {
-		return nil, fmt.Errorf("cmroot %s: %w", store.Dir(), err)
-	}
-	r.cmSameDev = cst.Dev == bst.Dev
-	r.links = newLinkIndex(backing, func(rel string) bool { return r.isHidden(rel) || r.excluded(rel) }, r.treeLinks)
-	// Replacement inodes are made in the state directory when it shares
-	// the backing filesystem; elsewhere O_TRUNC copies the original.
-	tmp := filepath.Join(cfg.State, "tmp")
-	if err := os.MkdirAll(tmp, 0700); err != nil {
-		return nil, err
-	}
-	var tst syscall.Stat_t
-	if syscall.Stat(tmp, &tst) == nil && tst.Dev == bst.Dev {
-		r.tmpDir = tmp
-		cleanDir(tmp)
-	}
-
-	t, left, err := openInflight(filepath.Join(cfg.State, InflightFile))
-	if err != nil {
-		return nil, fmt.Errorf("in-flight table: %w", err)
-	}
-	r.inflight = t
-	if _, err := r.recover(context.Background(), left); err != nil {
-		t.close()
-		return nil, fmt.Errorf("recover changes a dead mount left unjournaled: %w", err)
 	}
 
 	lr := &gofs.LoopbackRoot{Path: backing, Dev: uint64(bst.Dev)}
@@ -116,13 +88,14 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 	}
 	opts.MountOptions.Options = mo
 
-	raw := &gatedFS{RawFileSystem: gofs.NewNodeFS(rootNode, opts), gate: &r.gate}
+	raw := &gatedFS{RawFileSystem: gofs.NewNodeFS(rootNode, opts), gate: &core.Gate}
 	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil && opts.MountOptions.DirectMountStrict && errors.Is(err, syscall.EPERM) {
 		opts.MountOptions.DirectMount, opts.MountOptions.DirectMountStrict = false, false
 		server, err = fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	}
 	if err != nil {
+		core.Close()
 		if errors.Is(err, syscall.EINVAL) && len(mo) > 0 {
 			return nil, fmt.Errorf("the kernel refused the mount options %s (an unknown or malformed option?): %w", strings.Join(mo, ","), err)
 		}
@@ -130,7 +103,7 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 	}
 	go func() {
 		server.Serve()
-		t.close() // every handle is released when Serve returns
+		core.Close() // every handle is released when Serve returns
 	}()
 	if err := server.WaitMount(); err != nil {
 		server.Unmount()
@@ -139,7 +112,7 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 	return server, nil
 }
 
-// gatedFS holds root.gate shared for the whole of a release, including
+// gatedFS holds the core's Gate shared for the whole of a release, including
 // go-fuse's unregistration of the node's passthrough backing file.
 type gatedFS struct {
 	fuse.RawFileSystem
@@ -152,10 +125,18 @@ func (g *gatedFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	g.RawFileSystem.Release(cancel, in)
 }
 
-// cleanDir removes what a previous mount left in its temporary directory.
-func cleanDir(dir string) {
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		os.RemoveAll(filepath.Join(dir, e.Name()))
+// Recover brings the journal up to date with the changes a mount that died
+// left without their events, for a state directory nothing has mounted:
+// `cmfs fsck --repair` runs it. It returns how many events it journaled.
+func Recover(ctx context.Context, cfg Config, j *journal.Log, store *cmroot.Store) (int, error) {
+	core, n, err := protect.Open(ctx, protect.Options{
+		Backing: cfg.Backing,
+		State:   cfg.State,
+		Exclude: cfg.Exclude,
+		Hidden:  []string{cfg.State, cfg.CMRoot},
+	}, j, store)
+	if err != nil {
+		return 0, err
 	}
+	return n, core.Close()
 }

@@ -1,4 +1,4 @@
-package fs
+package protect
 
 import (
 	"context"
@@ -56,7 +56,7 @@ func TestRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cm.Close()
-	r := &root{backing: backing, cm: cm, log: j}
+	c := &Core{backing: backing, cm: cm, log: j}
 
 	write := func(rel, content string) {
 		if err := os.WriteFile(filepath.Join(backing, rel), []byte(content), 0o644); err != nil {
@@ -65,7 +65,7 @@ func TestRecover(t *testing.T) {
 	}
 	// A delete that happened: the original moved into cmroot, no event.
 	write("s.db/t/p=1/gone", "old bytes")
-	gone, err := r.preserve(filepath.Join(backing, "s.db/t/p=1/gone"), byMove)
+	gone, err := c.preserve(filepath.Join(backing, "s.db/t/p=1/gone"), byMove)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	n, err := r.recover(context.Background(), []intent{
+	n, err := c.recover(context.Background(), []intent{
 		{Type: journal.Delete, Path: "s.db/t/p=1/gone", Orig: &gone.File},
 		{Type: journal.Delete, Path: "kept"},
 		{Type: journal.Write, Path: "s.db/t/p=1/written", Base: journal.Sum([]byte("old"))},

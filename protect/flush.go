@@ -1,4 +1,4 @@
-package fs
+package protect
 
 import (
 	"errors"
@@ -46,22 +46,22 @@ func (d *durableSet) dir(p string) {
 
 // named returns what the events name: for each file the content at its path
 // or its cmroot entry, and the directories of every path they change.
-func (r *root) named(events []*journal.Event) durableSet {
+func (c *Core) named(events []*journal.Event) durableSet {
 	var d durableSet
 	for _, e := range events {
 		for _, p := range []string{e.Path, e.NewPath} {
 			if p != "" {
-				d.dir(r.abs(path.Dir(p)))
+				d.dir(c.abs(path.Dir(p)))
 			}
 		}
 		for _, f := range e.Files {
 			if f.CM != "" {
-				entry := r.cm.Path(f.CM)
+				entry := c.cm.Path(f.CM)
 				d.file(entry)
 				d.dir(filepath.Dir(entry))
 				continue
 			}
-			d.file(r.abs(f.Path))
+			d.file(c.abs(f.Path))
 		}
 	}
 	return d
@@ -70,7 +70,7 @@ func (r *root) named(events []*journal.Event) durableSet {
 // flush makes d durable. A file that is gone was replaced or removed by a
 // later change, whose own event flushes what it names; a file cmfs cannot
 // open for reading is flushed through a write-only open where it may.
-func (r *root) flush(d durableSet) error {
+func (c *Core) flush(d durableSet) error {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex

@@ -1,4 +1,4 @@
-package fs
+package protect
 
 import (
 	"os"
@@ -10,7 +10,7 @@ import (
 )
 
 func TestExcluded(t *testing.T) {
-	r := &root{exclude: DefaultExcludes}
+	c := &Core{exclude: DefaultExcludes}
 	for _, tc := range []struct {
 		rel  string
 		want bool
@@ -23,7 +23,7 @@ func TestExcluded(t *testing.T) {
 		{"sales.db/orders/_temporaryX/f", false},
 		{"", false},
 	} {
-		if got := r.excluded(tc.rel); got != tc.want {
+		if got := c.excluded(tc.rel); got != tc.want {
 			t.Errorf("excluded(%q) = %v, want %v", tc.rel, got, tc.want)
 		}
 	}
@@ -77,25 +77,25 @@ func TestRenameEventTypes(t *testing.T) {
 }
 
 func TestSumCache(t *testing.T) {
-	r := &root{}
+	c := &Core{}
 	p := filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(p, []byte("hello"), 0644); err != nil {
 		t.Fatal(err)
 	}
-	sum, st, err := r.sumPath(p)
+	sum, st, err := c.sumPath(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := "26c7827d889f6da3"; sum != want || st.Size != 5 { // printf hello | xxhsum -H64
 		t.Fatalf("sumPath = %s %d, want %s 5", sum, st.Size, want)
 	}
-	if got, ok := r.sums.get(statState(st)); !ok || got != sum {
+	if got, ok := c.sums.get(statState(st)); !ok || got != sum {
 		t.Fatalf("cache after sumPath: %q %v", got, ok)
 	}
 	if err := os.WriteFile(p, []byte("hello, world"), 0644); err != nil {
 		t.Fatal(err)
 	}
-	sum2, st2, err := r.sumPath(p)
+	sum2, st2, err := c.sumPath(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,19 +104,6 @@ func TestSumCache(t *testing.T) {
 	}
 	if got := journal.Sum([]byte("hello, world")); sum2 != got {
 		t.Fatalf("sumPath = %s, want %s", sum2, got)
-	}
-}
-
-func TestToErrno(t *testing.T) {
-	wrapped := &os.PathError{Op: "rename", Path: "x", Err: syscall.ENOSPC}
-	if got := toErrno(wrapped); got != syscall.ENOSPC {
-		t.Errorf("toErrno(wrapped ENOSPC) = %v", got)
-	}
-	if got := toErrno(os.ErrInvalid); got != syscall.EIO {
-		t.Errorf("toErrno(no errno) = %v, want EIO", got)
-	}
-	if got := toErrno(nil); got != 0 {
-		t.Errorf("toErrno(nil) = %v", got)
 	}
 }
 

@@ -1,4 +1,4 @@
-package fs
+package protect
 
 import (
 	"io/fs"
@@ -29,7 +29,7 @@ type preserved struct {
 }
 
 // preserve keeps the regular file at abs in cmroot.
-func (r *root) preserve(abs string, h how) (preserved, error) {
+func (c *Core) preserve(abs string, h how) (preserved, error) {
 	if h == byCopy || h == byCopyIdle {
 		f, err := os.Open(abs)
 		if err != nil {
@@ -38,25 +38,25 @@ func (r *root) preserve(abs string, h how) (preserved, error) {
 		defer f.Close()
 		var st syscall.Stat_t
 		if h == byCopyIdle && syscall.Fstat(int(f.Fd()), &st) == nil {
-			if sum, ok := r.sums.get(statState(&st)); ok {
-				name, created, err := r.cm.PreserveCopyOf(f, sum, st.Size)
+			if sum, ok := c.sums.get(statState(&st)); ok {
+				name, created, err := c.cm.PreserveCopyOf(f, sum, st.Size)
 				if err != nil {
 					return preserved{}, err
 				}
 				return preserved{File: journal.File{Size: st.Size, XXH64: sum, CM: name}, created: created}, nil
 			}
 		}
-		name, sum, size, created, err := r.cm.PreserveCopy(f)
+		name, sum, size, created, err := c.cm.PreserveCopy(f)
 		if err != nil {
 			return preserved{}, err
 		}
 		return preserved{File: journal.File{Size: size, XXH64: sum, CM: name}, created: created}, nil
 	}
-	sum, st, err := r.sumPath(abs)
+	sum, st, err := c.sumPath(abs)
 	if err != nil {
 		return preserved{}, err
 	}
-	name, created, err := r.cm.Preserve(abs, sum, st.Size, h == byMove)
+	name, created, err := c.cm.Preserve(abs, sum, st.Size, h == byMove)
 	if err != nil {
 		return preserved{}, err
 	}
@@ -66,39 +66,39 @@ func (r *root) preserve(abs string, h how) (preserved, error) {
 // undo reverses a preservation whose operation failed: a moved original
 // goes back to abs, a new entry is dropped. An error means the original
 // is not back at abs (it is still in cmroot).
-func (r *root) undo(p preserved, abs string) error {
+func (c *Core) undo(p preserved, abs string) error {
 	if p.moved && abs != "" {
 		if p.created {
-			return r.cm.Unpreserve(p.CM, abs)
+			return c.cm.Unpreserve(p.CM, abs)
 		}
-		return r.cm.Restore(p.CM, abs) // the entry predates us: copy it back
+		return c.cm.Restore(p.CM, abs) // the entry predates us: copy it back
 	}
 	if p.created {
-		r.cm.Drop(p.CM)
+		c.cm.Drop(p.CM)
 	}
 	return nil
 }
 
-func (r *root) undoAll(ps []preserved) {
+func (c *Core) undoAll(ps []preserved) {
 	for _, p := range ps {
-		r.undo(p, "")
+		c.undo(p, "")
 	}
 }
 
 // preserveTree keeps every regular file under abs (a file or a directory)
 // before it leaves the protected tree, and returns the events that record
 // its departure.
-func (r *root) preserveTree(abs, rel string) ([]*journal.Event, []preserved, error) {
+func (c *Core) preserveTree(abs, rel string) ([]*journal.Event, []preserved, error) {
 	var events []*journal.Event
 	var kept []preserved
 	var dirs []string
-	err := r.walk(abs, rel, func(p, prel string, d fs.DirEntry) error {
+	err := c.walk(abs, rel, func(p, prel string, d fs.DirEntry) error {
 		switch {
 		case d.IsDir():
 			dirs = append(dirs, prel)
 		case d.Type().IsRegular():
 			// The file lives on, unprotected, in scratch space: copy it.
-			pr, err := r.preserve(p, byCopy)
+			pr, err := c.preserve(p, byCopy)
 			if err != nil {
 				return err
 			}
@@ -111,7 +111,7 @@ func (r *root) preserveTree(abs, rel string) ([]*journal.Event, []preserved, err
 		return nil
 	})
 	if err != nil {
-		r.undoAll(kept)
+		c.undoAll(kept)
 		return nil, nil, err
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
@@ -123,14 +123,14 @@ func (r *root) preserveTree(abs, rel string) ([]*journal.Event, []preserved, err
 // arrivals returns the events for a file or directory tree that just
 // arrived at abs from scratch space: its directories and its content are
 // new to the protected tree.
-func (r *root) arrivals(abs, rel string) ([]*journal.Event, error) {
+func (c *Core) arrivals(abs, rel string) ([]*journal.Event, error) {
 	var events []*journal.Event
-	err := r.walk(abs, rel, func(p, prel string, d fs.DirEntry) error {
+	err := c.walk(abs, rel, func(p, prel string, d fs.DirEntry) error {
 		switch {
 		case d.IsDir():
 			events = append(events, dirEvent(true, prel))
 		case d.Type().IsRegular():
-			sum, st, err := r.sumPath(p)
+			sum, st, err := c.sumPath(p)
 			if err != nil {
 				return err
 			}
@@ -148,14 +148,14 @@ func (r *root) arrivals(abs, rel string) ([]*journal.Event, error) {
 
 // walk calls fn for abs (mount-relative rel) and everything below it,
 // leaving out scratch space.
-func (r *root) walk(abs, rel string, fn func(p, prel string, d fs.DirEntry) error) error {
+func (c *Core) walk(abs, rel string, fn func(p, prel string, d fs.DirEntry) error) error {
 	return filepath.WalkDir(abs, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		sub, _ := filepath.Rel(abs, p)
 		prel := path.Join(rel, filepath.ToSlash(sub))
-		if r.excluded(prel) {
+		if c.excluded(prel) {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}

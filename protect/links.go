@@ -1,4 +1,4 @@
-package fs
+package protect
 
 import (
 	"io/fs"
@@ -217,11 +217,11 @@ func (x *linkIndex) renamed(old, rel string, dir bool) {
 // linkNames returns every name in the protected tree of the regular file
 // st, whose node is at rel, when it has more than one; nil when rel is
 // its only name, without looking further.
-func (r *root) linkNames(rel string, st *syscall.Stat_t) []string {
-	if st.Nlink < 2 || r.links == nil || r.treeLinks(st) < 2 {
+func (c *Core) linkNames(rel string, st *syscall.Stat_t) []string {
+	if st.Nlink < 2 || c.links == nil || c.treeLinks(st) < 2 {
 		return nil
 	}
-	return r.links.lookup(rel, st)
+	return c.links.lookup(rel, st)
 }
 
 // contentEvents builds the events of a change to the content of a file
@@ -262,40 +262,40 @@ func contentEvents(t journal.Type, rel string, names []string, cur journal.File,
 
 // unlinkedName keeps the index current after the name rel of the file st
 // went away through the mount.
-func (r *root) unlinkedName(rel string, st *syscall.Stat_t) {
-	if st.Nlink > 1 && r.links != nil && isReg(st) {
-		r.links.unlinked(st.Ino, rel)
+func (c *Core) unlinkedName(rel string, st *syscall.Stat_t) {
+	if st.Nlink > 1 && c.links != nil && isReg(st) {
+		c.links.unlinked(st.Ino, rel)
 	}
 }
 
 // linkedName keeps the index current after the file st, known as old,
 // got the name rel through the mount.
-func (r *root) linkedName(old, rel string, st *syscall.Stat_t) {
-	if r.links != nil && isReg(st) && !r.excluded(rel) {
-		if r.excluded(old) {
+func (c *Core) linkedName(old, rel string, st *syscall.Stat_t) {
+	if c.links != nil && isReg(st) && !c.excluded(rel) {
+		if c.excluded(old) {
 			old = "" // scratch space is no name in the tree
 		}
-		r.links.linked(st.Ino, old, rel)
+		c.links.linked(st.Ino, old, rel)
 	}
 }
 
 // renamedNames keeps the index current after a rename through the mount
 // of src at oldRel to newRel (newEx: into scratch space), which replaced
 // tgt when replaced. An exchange is left to the check at the next use.
-func (r *root) renamedNames(oldRel, newRel string, src, tgt *syscall.Stat_t, replaced, newEx bool, flags uint32) {
-	if r.links == nil || flags&unix.RENAME_EXCHANGE != 0 {
+func (c *Core) renamedNames(oldRel, newRel string, src, tgt *syscall.Stat_t, replaced, newEx bool, flags uint32) {
+	if c.links == nil || flags&unix.RENAME_EXCHANGE != 0 {
 		return
 	}
 	if replaced && isReg(tgt) && tgt.Nlink > 1 {
-		r.links.unlinked(tgt.Ino, newRel)
+		c.links.unlinked(tgt.Ino, newRel)
 	}
 	if newEx {
 		newRel = ""
 	}
 	switch {
 	case src.Mode&syscall.S_IFMT == syscall.S_IFDIR:
-		r.links.renamed(oldRel, newRel, true)
+		c.links.renamed(oldRel, newRel, true)
 	case isReg(src) && src.Nlink > 1:
-		r.links.renamed(oldRel, newRel, false)
+		c.links.renamed(oldRel, newRel, false)
 	}
 }

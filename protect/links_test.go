@@ -1,4 +1,4 @@
-package fs
+package protect
 
 import (
 	"os"
@@ -13,7 +13,7 @@ import (
 // linkTree makes a backing directory with the files and links given
 // (new name → existing name) and a root over it whose state directory is
 // .cmfs and whose scratch space is _temporary.
-func linkTree(t *testing.T, files []string, links [][2]string) *root {
+func linkTree(t *testing.T, files []string, links [][2]string) *Core {
 	t.Helper()
 	dir := t.TempDir()
 	for _, f := range append([]string{".cmfs/cmroot/x"}, files...) {
@@ -25,40 +25,40 @@ func linkTree(t *testing.T, files []string, links [][2]string) *root {
 			t.Fatal(err)
 		}
 	}
-	r := &root{backing: dir, exclude: []string{"_temporary"}, hidden: map[string]bool{".cmfs": true}}
-	r.links = newLinkIndex(dir, func(rel string) bool { return r.isHidden(rel) || r.excluded(rel) }, r.treeLinks)
+	c := &Core{backing: dir, exclude: []string{"_temporary"}, hidden: map[string]bool{".cmfs": true}}
+	c.links = newLinkIndex(dir, func(rel string) bool { return c.isHidden(rel) || c.excluded(rel) }, c.treeLinks)
 	for _, l := range links {
-		r.link(t, l[1], l[0])
+		c.link(t, l[1], l[0])
 	}
-	return r
+	return c
 }
 
 // link makes new a hard link of old behind the index's back.
-func (r *root) link(t *testing.T, old, new string) {
+func (c *Core) link(t *testing.T, old, new string) {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(r.abs(new)), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(c.abs(new)), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Link(r.abs(old), r.abs(new)); err != nil {
+	if err := os.Link(c.abs(old), c.abs(new)); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (r *root) stat(t *testing.T, rel string) *syscall.Stat_t {
+func (c *Core) stat(t *testing.T, rel string) *syscall.Stat_t {
 	t.Helper()
 	var st syscall.Stat_t
-	if err := syscall.Lstat(r.abs(rel), &st); err != nil {
+	if err := syscall.Lstat(c.abs(rel), &st); err != nil {
 		t.Fatal(err)
 	}
 	return &st
 }
 
 // names looks up rel's names and checks how many walks that took in all.
-func (r *root) names(t *testing.T, rel string, walks int) []string {
+func (c *Core) names(t *testing.T, rel string, walks int) []string {
 	t.Helper()
-	got := r.linkNames(rel, r.stat(t, rel))
-	if r.links.walks != walks {
-		t.Errorf("linkNames(%s): %d walks in all, want %d", rel, r.links.walks, walks)
+	got := c.linkNames(rel, c.stat(t, rel))
+	if c.links.walks != walks {
+		t.Errorf("linkNames(%s): %d walks in all, want %d", rel, c.links.walks, walks)
 	}
 	return got
 }
@@ -71,111 +71,111 @@ func checkNames(t *testing.T, got []string, want ...string) {
 }
 
 func TestLinkIndexWalk(t *testing.T) {
-	r := linkTree(t,
+	c := linkTree(t,
 		[]string{"d.db/t/p=1/a", "d.db/t/p=1/single", "other"},
 		[][2]string{{"d.db/t/p=2/b", "d.db/t/p=1/a"}, {"c", "d.db/t/p=1/a"}})
-	checkNames(t, r.names(t, "d.db/t/p=2/b", 1), "d.db/t/p=2/b", "c", "d.db/t/p=1/a")
+	checkNames(t, c.names(t, "d.db/t/p=2/b", 1), "d.db/t/p=2/b", "c", "d.db/t/p=1/a")
 	// Known now: no second walk.
-	checkNames(t, r.names(t, "d.db/t/p=1/a", 1), "d.db/t/p=1/a", "c", "d.db/t/p=2/b")
-	if got := r.names(t, "d.db/t/p=1/single", 1); got != nil {
+	checkNames(t, c.names(t, "d.db/t/p=1/a", 1), "d.db/t/p=1/a", "c", "d.db/t/p=2/b")
+	if got := c.names(t, "d.db/t/p=1/single", 1); got != nil {
 		t.Errorf("a file with one link: got %q, want nil", got)
 	}
 }
 
 // TestLinkIndexSingleLink: a file with one link never reaches the index.
 func TestLinkIndexSingleLink(t *testing.T) {
-	r := linkTree(t, []string{"d.db/t/a"}, nil)
-	st := r.stat(t, "d.db/t/a")
+	c := linkTree(t, []string{"d.db/t/a"}, nil)
+	st := c.stat(t, "d.db/t/a")
 	allocs := testing.AllocsPerRun(1000, func() {
-		if r.linkNames("d.db/t/a", st) != nil {
+		if c.linkNames("d.db/t/a", st) != nil {
 			t.Fatal("names for a file with one link")
 		}
 	})
-	if allocs != 0 || r.links.walks != 0 {
-		t.Errorf("one link: %v allocations, %d walks; want none", allocs, r.links.walks)
+	if allocs != 0 || c.links.walks != 0 {
+		t.Errorf("one link: %v allocations, %d walks; want none", allocs, c.links.walks)
 	}
 }
 
 // TestLinkIndexStale: links made and removed behind the mount's back are
 // found, by a new walk, at the next use.
 func TestLinkIndexStale(t *testing.T) {
-	r := linkTree(t, []string{"a"}, [][2]string{{"b", "a"}})
-	checkNames(t, r.names(t, "a", 1), "a", "b")
-	r.link(t, "a", "x/c")
-	checkNames(t, r.names(t, "a", 2), "a", "b", "x/c")
-	if err := os.Remove(r.abs("b")); err != nil {
+	c := linkTree(t, []string{"a"}, [][2]string{{"b", "a"}})
+	checkNames(t, c.names(t, "a", 1), "a", "b")
+	c.link(t, "a", "x/c")
+	checkNames(t, c.names(t, "a", 2), "a", "b", "x/c")
+	if err := os.Remove(c.abs("b")); err != nil {
 		t.Fatal(err)
 	}
 	// Two links, two names that hold the inode: complete without a walk.
-	checkNames(t, r.names(t, "x/c", 2), "x/c", "a")
+	checkNames(t, c.names(t, "x/c", 2), "x/c", "a")
 	// One name gone and another made: the count is the same, but x/c
 	// no longer holds the inode, so the names are walked again.
-	if err := os.Remove(r.abs("x/c")); err != nil {
+	if err := os.Remove(c.abs("x/c")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(r.abs("x/c"), nil, 0o644); err != nil {
+	if err := os.WriteFile(c.abs("x/c"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r.link(t, "a", "d")
-	checkNames(t, r.names(t, "a", 3), "a", "d")
+	c.link(t, "a", "d")
+	checkNames(t, c.names(t, "a", 3), "a", "d")
 }
 
 // TestLinkIndexOutside: links outside the protected tree (scratch space,
 // the state directory) are not names, and cost one walk, not one per use.
 func TestLinkIndexOutside(t *testing.T) {
-	r := linkTree(t, []string{"t/a"}, [][2]string{{"t/b", "t/a"}, {"t/_temporary/s", "t/a"}, {".cmfs/tmp/h", "t/a"}})
-	checkNames(t, r.names(t, "t/a", 1), "t/a", "t/b")
-	checkNames(t, r.names(t, "t/b", 1), "t/b", "t/a")
+	c := linkTree(t, []string{"t/a"}, [][2]string{{"t/b", "t/a"}, {"t/_temporary/s", "t/a"}, {".cmfs/tmp/h", "t/a"}})
+	checkNames(t, c.names(t, "t/a", 1), "t/a", "t/b")
+	checkNames(t, c.names(t, "t/b", 1), "t/b", "t/a")
 	// One more outside link: the count changed, so walk again.
-	r.link(t, "t/a", "t/_temporary/s2")
-	checkNames(t, r.names(t, "t/a", 2), "t/a", "t/b")
-	checkNames(t, r.names(t, "t/a", 2), "t/a", "t/b")
+	c.link(t, "t/a", "t/_temporary/s2")
+	checkNames(t, c.names(t, "t/a", 2), "t/a", "t/b")
+	checkNames(t, c.names(t, "t/a", 2), "t/a", "t/b")
 }
 
 // TestLinkIndexHooks: link, unlink and rename through the mount keep the
 // index current without a walk.
 func TestLinkIndexHooks(t *testing.T) {
-	r := linkTree(t, []string{"t/p=1/a", "t/p=1/z"}, [][2]string{{"t/p=1/b", "t/p=1/a"}, {"t/p=1/y", "t/p=1/z"}})
-	checkNames(t, r.names(t, "t/p=1/a", 1), "t/p=1/a", "t/p=1/b")
+	c := linkTree(t, []string{"t/p=1/a", "t/p=1/z"}, [][2]string{{"t/p=1/b", "t/p=1/a"}, {"t/p=1/y", "t/p=1/z"}})
+	checkNames(t, c.names(t, "t/p=1/a", 1), "t/p=1/a", "t/p=1/b")
 
-	r.link(t, "t/p=1/a", "t/p=1/c")
-	r.linkedName("t/p=1/a", "t/p=1/c", r.stat(t, "t/p=1/c"))
-	checkNames(t, r.names(t, "t/p=1/a", 1), "t/p=1/a", "t/p=1/b", "t/p=1/c")
+	c.link(t, "t/p=1/a", "t/p=1/c")
+	c.linkedName("t/p=1/a", "t/p=1/c", c.stat(t, "t/p=1/c"))
+	checkNames(t, c.names(t, "t/p=1/a", 1), "t/p=1/a", "t/p=1/b", "t/p=1/c")
 
-	st := r.stat(t, "t/p=1/b")
-	if err := os.Remove(r.abs("t/p=1/b")); err != nil {
+	st := c.stat(t, "t/p=1/b")
+	if err := os.Remove(c.abs("t/p=1/b")); err != nil {
 		t.Fatal(err)
 	}
-	r.unlinkedName("t/p=1/b", st)
-	checkNames(t, r.names(t, "t/p=1/c", 1), "t/p=1/c", "t/p=1/a")
+	c.unlinkedName("t/p=1/b", st)
+	checkNames(t, c.names(t, "t/p=1/c", 1), "t/p=1/c", "t/p=1/a")
 
 	// A file renamed, over one of another file's names.
-	src, tgt := r.stat(t, "t/p=1/c"), r.stat(t, "t/p=1/y")
-	if err := os.Rename(r.abs("t/p=1/c"), r.abs("t/p=1/y")); err != nil {
+	src, tgt := c.stat(t, "t/p=1/c"), c.stat(t, "t/p=1/y")
+	if err := os.Rename(c.abs("t/p=1/c"), c.abs("t/p=1/y")); err != nil {
 		t.Fatal(err)
 	}
-	r.renamedNames("t/p=1/c", "t/p=1/y", src, tgt, true, false, 0)
-	checkNames(t, r.names(t, "t/p=1/a", 1), "t/p=1/a", "t/p=1/y")
+	c.renamedNames("t/p=1/c", "t/p=1/y", src, tgt, true, false, 0)
+	checkNames(t, c.names(t, "t/p=1/a", 1), "t/p=1/a", "t/p=1/y")
 
 	// A directory renamed.
-	dir := r.stat(t, "t/p=1")
-	if err := os.Rename(r.abs("t/p=1"), r.abs("t/p=2")); err != nil {
+	dir := c.stat(t, "t/p=1")
+	if err := os.Rename(c.abs("t/p=1"), c.abs("t/p=2")); err != nil {
 		t.Fatal(err)
 	}
-	r.renamedNames("t/p=1", "t/p=2", dir, nil, false, false, 0)
-	checkNames(t, r.names(t, "t/p=2/y", 1), "t/p=2/y", "t/p=2/a")
+	c.renamedNames("t/p=1", "t/p=2", dir, nil, false, false, 0)
+	checkNames(t, c.names(t, "t/p=2/y", 1), "t/p=2/y", "t/p=2/a")
 
 	// Into scratch space: no longer a name.
-	dir = r.stat(t, "t/p=2")
-	if err := os.Mkdir(r.abs("_temporary"), 0o755); err != nil {
+	dir = c.stat(t, "t/p=2")
+	if err := os.Mkdir(c.abs("_temporary"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(r.abs("t/p=2"), r.abs("_temporary/p=2")); err != nil {
+	if err := os.Rename(c.abs("t/p=2"), c.abs("_temporary/p=2")); err != nil {
 		t.Fatal(err)
 	}
-	r.renamedNames("t/p=2", "_temporary/p=2", dir, nil, false, true, 0)
-	if n := len(r.links.names); n != 0 {
-		t.Errorf("after the move into scratch space the index holds %d inodes: %v", n, r.links.names)
+	c.renamedNames("t/p=2", "_temporary/p=2", dir, nil, false, true, 0)
+	if n := len(c.links.names); n != 0 {
+		t.Errorf("after the move into scratch space the index holds %d inodes: %v", n, c.links.names)
 	}
 }
 
@@ -226,9 +226,9 @@ func sameEvent(a, b *journal.Event) bool {
 // with one link.
 func BenchmarkLinkNamesSingleLink(b *testing.B) {
 	st := &syscall.Stat_t{Nlink: 1, Mode: syscall.S_IFREG | 0o644}
-	r := &root{links: newLinkIndex(b.TempDir(), func(string) bool { return false }, nil)}
+	c := &Core{links: newLinkIndex(b.TempDir(), func(string) bool { return false }, nil)}
 	for b.Loop() {
-		if r.linkNames("d.db/t/a", st) != nil {
+		if c.linkNames("d.db/t/a", st) != nil {
 			b.Fatal("names")
 		}
 	}

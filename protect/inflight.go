@@ -1,4 +1,4 @@
-package fs
+package protect
 
 import (
 	"context"
@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 
-	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
 	"golang.org/x/sys/unix"
 )
@@ -207,37 +205,37 @@ func (t *inflight) close() error { return t.f.Close() }
 // known not to have happened. It refuses the change (ENOSPC, wrapped) when
 // the journal's reserve is short or the in-flight table cannot hold it:
 // nothing has changed yet, and nothing will.
-func (r *root) intend(in *intent) (slot int, done func(), err error) {
-	if r.log != nil {
-		if err := r.log.Admit(); err != nil {
+func (c *Core) intend(in *intent) (slot int, done func(), err error) {
+	if c.log != nil {
+		if err := c.log.Admit(); err != nil {
 			return -1, nil, err
 		}
 	}
-	return r.record(in)
+	return c.record(in)
 }
 
 // record is intend for a change admitted already.
-func (r *root) record(in *intent) (slot int, done func(), err error) {
-	if r.inflight == nil {
+func (c *Core) record(in *intent) (slot int, done func(), err error) {
+	if c.inflight == nil {
 		return -1, func() {}, nil
 	}
 	// in keeps After: the caller rewrites the slot from it (intendOrig).
-	in.After = r.log.Last()
-	if slot, err = r.inflight.begin(in); err != nil {
+	in.After = c.log.Last()
+	if slot, err = c.inflight.begin(in); err != nil {
 		return -1, nil, err
 	}
 	hit(in.Type, stepIntended)
-	return slot, func() { r.inflight.end(slot) }, nil
+	return slot, func() { c.inflight.end(slot) }, nil
 }
 
 // intendOrig adds the original just preserved for the change in slot to
 // its intent, before the change goes ahead. On error the caller undoes
 // the preservation and refuses the change.
-func (r *root) intendOrig(slot int, in *intent, rel string, p preserved) error {
+func (c *Core) intendOrig(slot int, in *intent, rel string, p preserved) error {
 	o := p.File
 	o.Path = rel
 	in.Orig = &o
-	if err := r.inflight.update(slot, in); err != nil {
+	if err := c.inflight.update(slot, in); err != nil {
 		return err
 	}
 	hit(in.Type, stepPreserved)
@@ -248,15 +246,15 @@ func (r *root) intendOrig(slot int, in *intent, rel string, p preserved) error {
 // event could not be journaled: its intent stays in the in-flight table,
 // so the next event this mount journals, or else the next mount's
 // recovery, journals it as the tree then shows it (I3, I4).
-func (r *root) keep(slot int, in intent) {
-	if r.inflight == nil || slot < 0 {
+func (c *Core) keep(slot int, in intent) {
+	if c.inflight == nil || slot < 0 {
 		return
 	}
-	r.inflight.hold(slot)
-	r.pendMu.Lock()
-	r.pending = append(r.pending, kept{slot, in})
-	r.pendN.Store(int32(len(r.pending)))
-	r.pendMu.Unlock()
+	c.inflight.hold(slot)
+	c.pendMu.Lock()
+	c.pending = append(c.pending, kept{slot, in})
+	c.pendN.Store(int32(len(c.pending)))
+	c.pendMu.Unlock()
 }
 
 // kept is a change whose event is still to be journaled.
@@ -268,27 +266,27 @@ type kept struct {
 // takePending returns the events of the kept changes, built from the tree
 // as it is, and the changes themselves; a change journaled meanwhile, or
 // that the tree shows did not happen, is released at once.
-func (r *root) takePending() ([]*journal.Event, []kept) {
-	r.pendMu.Lock()
-	ks := r.pending
-	r.pending = nil
-	r.pendN.Store(0)
-	r.pendMu.Unlock()
+func (c *Core) takePending() ([]*journal.Event, []kept) {
+	c.pendMu.Lock()
+	ks := c.pending
+	c.pending = nil
+	c.pendN.Store(0)
+	c.pendMu.Unlock()
 	var events []*journal.Event
 	var left []kept
 	for _, k := range ks {
-		e := r.recovered(k.in)
+		e := c.recovered(k.in)
 		if e == nil {
-			r.inflight.release(k.slot)
+			c.inflight.release(k.slot)
 			continue
 		}
-		journaled, err := r.journaledSince(k.in, e)
+		journaled, err := c.journaledSince(k.in, e)
 		if err != nil {
 			left = append(left, k)
 			continue
 		}
 		if journaled {
-			r.inflight.release(k.slot)
+			c.inflight.release(k.slot)
 			continue
 		}
 		events = append(events, e)
@@ -299,29 +297,29 @@ func (r *root) takePending() ([]*journal.Event, []kept) {
 
 // settle releases kept changes once their events are journaled, or
 // puts them back.
-func (r *root) settle(ks []kept, journaled bool) {
+func (c *Core) settle(ks []kept, journaled bool) {
 	if journaled {
 		for _, k := range ks {
-			r.inflight.release(k.slot)
+			c.inflight.release(k.slot)
 		}
 		return
 	}
-	r.pendMu.Lock()
-	r.pending = append(ks, r.pending...)
-	r.pendN.Store(int32(len(r.pending)))
-	r.pendMu.Unlock()
+	c.pendMu.Lock()
+	c.pending = append(ks, c.pending...)
+	c.pendN.Store(int32(len(c.pending)))
+	c.pendMu.Unlock()
 }
 
 // recover journals the changes that intents left by a dead mount describe
 // and that took effect without their event. It runs before the mount
 // serves anything. Every event it writes describes the tree as it is.
-func (r *root) recover(ctx context.Context, left []intent) (int, error) {
+func (c *Core) recover(ctx context.Context, left []intent) (int, error) {
 	var events []*journal.Event
 	// pending is the content of each path the events so far give it, so
 	// that two intents for one path journal it once.
 	pending := map[string]journal.File{}
 	for _, in := range left {
-		e := r.recovered(in)
+		e := c.recovered(in)
 		if e == nil {
 			continue
 		}
@@ -330,7 +328,7 @@ func (r *root) recover(ctx context.Context, left []intent) (int, error) {
 				continue
 			}
 		}
-		if journaled, err := r.journaledSince(in, e); err != nil {
+		if journaled, err := c.journaledSince(in, e); err != nil {
 			return 0, err
 		} else if journaled {
 			continue
@@ -340,7 +338,7 @@ func (r *root) recover(ctx context.Context, left []intent) (int, error) {
 		}
 		events = append(events, e)
 	}
-	return len(events), r.emit(ctx, events...)
+	return len(events), c.emit(ctx, events...)
 }
 
 // contentOf returns the new content e gives rel (the first file of that
@@ -359,11 +357,11 @@ func contentOf(e *journal.Event, rel string) (journal.File, bool) {
 // whether the latest event naming the path gives it the content the tree
 // holds: a later event for another change of the path (another handle's
 // close) does not stand in for this one unless the content agrees.
-func (r *root) journaledSince(in intent, e *journal.Event) (bool, error) {
+func (c *Core) journaledSince(in intent, e *journal.Event) (bool, error) {
 	want, content := contentOf(e, in.Path)
 	content = content && (in.Type == journal.Write || in.Type == journal.Truncate)
 	found, latest, named := false, journal.File{}, false
-	err := r.log.Range(in.After+1, 0, func(got *journal.Event) error {
+	err := c.log.Range(in.After+1, 0, func(got *journal.Event) error {
 		if content {
 			if f, ok := contentOf(got, in.Path); ok {
 				latest, named = f, true
@@ -413,14 +411,14 @@ func generic(t journal.Type) journal.Type {
 
 // recovered returns the event of in's change if the tree shows it took
 // effect, built from the tree as it is now; nil if it did not.
-func (r *root) recovered(in intent) *journal.Event {
+func (c *Core) recovered(in intent) *journal.Event {
 	var st syscall.Stat_t
-	exists := func(rel string) bool { return syscall.Lstat(r.abs(rel), &st) == nil }
+	exists := func(rel string) bool { return syscall.Lstat(c.abs(rel), &st) == nil }
 	content := func(rel string) (journal.File, bool) {
 		if !exists(rel) || !isReg(&st) {
 			return journal.File{}, false
 		}
-		sum, cur, err := r.sumPath(r.abs(rel))
+		sum, cur, err := c.sumPath(c.abs(rel))
 		if err != nil {
 			return journal.File{}, false
 		}
@@ -430,7 +428,7 @@ func (r *root) recovered(in intent) *journal.Event {
 		if in.Orig == nil || in.Orig.CM == "" {
 			return nil
 		}
-		if _, err := r.cm.Lookup(in.Orig.CM); err != nil {
+		if _, err := c.cm.Lookup(in.Orig.CM); err != nil {
 			return nil // never preserved: the change cannot have happened past it
 		}
 		return []journal.File{*in.Orig}
@@ -480,17 +478,4 @@ func (r *root) recovered(in intent) *journal.Event {
 		}
 	}
 	return nil
-}
-
-// Recover brings the journal up to date with changes a mount that died
-// left without their events, for a state directory nothing has mounted:
-// `cmfs fsck` runs it. It returns how many events it journaled.
-func Recover(ctx context.Context, cfg Config, j *journal.Log, store *cmroot.Store) (int, error) {
-	t, left, err := openInflight(filepath.Join(cfg.State, InflightFile))
-	if err != nil {
-		return 0, fmt.Errorf("in-flight table: %w", err)
-	}
-	defer t.close()
-	r := &root{backing: cfg.Backing, cm: store, log: j, exclude: cfg.Exclude}
-	return r.recover(ctx, left)
 }

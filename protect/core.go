@@ -1,0 +1,412 @@
+package protect
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unicode/utf8"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/journal"
+	"golang.org/x/sys/unix"
+)
+
+// emptySum is the xxh64 of no bytes.
+var emptySum = journal.Sum(nil)
+
+// DefaultExcludes are the engine scratch paths that are not protected: a
+// job's temporary files never fill cmroot; the rename out of them into a
+// table is the event that matters. Each glob is matched against every
+// path component.
+var DefaultExcludes = []string{"_temporary", ".hive-staging*", ".spark-staging*", "_SUCCESS", "_started_*", "_committed_*"}
+
+// RestoreStagingPrefix starts the name of the directory `cmfs restore`
+// stages a restored original in, next to its destination. Such a
+// directory is always scratch space, and the rename out of it is
+// journaled as a RESTORE.
+const RestoreStagingPrefix = ".cmfs-restore-"
+
+// Options say what a Core protects and where it keeps its state.
+type Options struct {
+	// Backing is the protected directory.
+	Backing string
+	// State is the state directory: the in-flight table and the
+	// directory replacement inodes are made in live there.
+	State string
+	// Exclude lists globs of path components that are not protected
+	// (nil: none; callers pass DefaultExcludes).
+	Exclude []string
+	// Hidden lists directories (the state directory, cmroot) that are not
+	// part of the tree even when they lie inside Backing.
+	Hidden []string
+}
+
+// Core is the protection of one backing directory: each of its operations
+// takes paths relative to the backing directory, decides what must be
+// preserved, preserves it, applies the change, journals it and, where a
+// step fails, undoes what the earlier steps did. It knows nothing of FUSE:
+// the adapter in package fs calls it, and tests call it directly.
+type Core struct {
+	backing string
+	cm      *cmroot.Store
+	log     *journal.Log
+	exclude []string
+	// hidden holds the backing-relative paths of the state directory and
+	// cmroot when they live inside the backing directory.
+	hidden map[string]bool
+	// cmSameDev says cmroot is on the backing filesystem, so its entries
+	// may share inodes with files in the tree.
+	cmSameDev bool
+	// tmpDir is where replacement inodes are made before they are renamed
+	// into place: on the backing filesystem, invisible through the mount.
+	tmpDir string
+
+	// Gate orders inode replacement against releases: a release holds it
+	// shared until the adapter has dropped the file's passthrough backing
+	// file, a replacement holds it exclusively, so a new open can never
+	// inherit a backing file that now belongs to cmroot.
+	Gate sync.RWMutex
+
+	sums sumCache
+
+	// inflight records changes under way (see inflight.go); nil in tests
+	// that build a Core by hand.
+	inflight *inflight
+
+	// links knows every tree name of multiply-linked files (links.go);
+	// nil in tests that build a Core by hand.
+	links *linkIndex
+
+	// pending are changes that took effect without their event (keep);
+	// pendN is len(pending), read without the lock on every emit.
+	pendMu  sync.Mutex
+	pending []kept
+	pendN   atomic.Int32
+}
+
+// Open returns the protection of opts.Backing, journaling into j and
+// preserving into store (both the caller's, open until after Close). It
+// first journals the changes a process that died left without their
+// events (the in-flight table), and returns how many it journaled.
+func Open(ctx context.Context, opts Options, j *journal.Log, store *cmroot.Store) (*Core, int, error) {
+	backing, err := filepath.Abs(opts.Backing)
+	if err != nil {
+		return nil, 0, err
+	}
+	c := &Core{backing: backing, cm: store, log: j, exclude: opts.Exclude, hidden: map[string]bool{}}
+	var bst, cst syscall.Stat_t
+	if err := syscall.Stat(backing, &bst); err != nil {
+		return nil, 0, fmt.Errorf("backing %s: %w", backing, err)
+	}
+	for _, d := range opts.Hidden {
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			return nil, 0, err
+		}
+		if rel, err := filepath.Rel(backing, abs); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
+			c.hidden[filepath.ToSlash(rel)] = true
+		}
+	}
+	if err := syscall.Stat(store.Dir(), &cst); err != nil {
+		return nil, 0, fmt.Errorf("cmroot %s: %w", store.Dir(), err)
+	}
+	c.cmSameDev = cst.Dev == bst.Dev
+	c.links = newLinkIndex(backing, func(rel string) bool { return c.isHidden(rel) || c.excluded(rel) }, c.treeLinks)
+	// Replacement inodes are made in the state directory when it shares
+	// the backing filesystem; elsewhere O_TRUNC copies the original.
+	tmp := filepath.Join(opts.State, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, 0, err
+	}
+	var tst syscall.Stat_t
+	if syscall.Stat(tmp, &tst) == nil && tst.Dev == bst.Dev {
+		c.tmpDir = tmp
+		cleanDir(tmp)
+	}
+	t, left, err := openInflight(filepath.Join(opts.State, InflightFile))
+	if err != nil {
+		return nil, 0, fmt.Errorf("in-flight table: %w", err)
+	}
+	c.inflight = t
+	n, err := c.recover(ctx, left)
+	if err != nil {
+		t.close()
+		return nil, 0, fmt.Errorf("recover changes a dead mount left unjournaled: %w", err)
+	}
+	return c, n, nil
+}
+
+// Close closes the in-flight table. Every handle must be released.
+func (c *Core) Close() error { return c.inflight.close() }
+
+// cleanDir removes what a previous mount left in its temporary directory.
+func cleanDir(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
+}
+
+// Backing returns the protected directory's absolute path.
+func (c *Core) Backing() string { return c.backing }
+
+// abs returns the backing path of a mount-relative path.
+func (c *Core) abs(rel string) string { return filepath.Join(c.backing, rel) }
+
+// excluded says whether rel lies in engine scratch space.
+func (c *Core) excluded(rel string) bool {
+	if rel == "" {
+		return false
+	}
+	for _, comp := range strings.Split(rel, "/") {
+		if strings.HasPrefix(comp, RestoreStagingPrefix) {
+			return true
+		}
+		for _, g := range c.exclude {
+			if ok, _ := path.Match(g, comp); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// restoring says whether rel lies in a restore's staging directory.
+func restoring(rel string) bool {
+	for _, c := range strings.Split(rel, "/") {
+		if strings.HasPrefix(c, RestoreStagingPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// journalable refuses, with EILSEQ, a change the journal could not record:
+// events carry names as UTF-8 text, and a replica needs the exact name.
+// Scratch space is not journaled and takes any name. As on filesystems that
+// enforce UTF-8 names, the refusal comes before anything changes.
+func (c *Core) journalable(paths ...string) error {
+	for _, p := range paths {
+		if !utf8.ValidString(p) && !c.excluded(p) {
+			return syscall.EILSEQ
+		}
+	}
+	return nil
+}
+
+// isHidden says whether rel is the state directory or cmroot.
+func (c *Core) isHidden(rel string) bool { return c.hidden[rel] }
+
+// Hidden says whether rel is the state directory or cmroot, which the
+// mount does not show.
+func (c *Core) Hidden(rel string) bool { return c.hidden[rel] }
+
+// HidesIn says whether the directory dir holds a hidden entry, so its
+// listing must be filtered.
+func (c *Core) HidesIn(dir string) bool {
+	for h := range c.hidden {
+		if path.Dir(h) == dir || (dir == "" && path.Dir(h) == ".") {
+			return true
+		}
+	}
+	return false
+}
+
+// emit journals events; it returns once they, and everything they name,
+// are durable (see flush.go).
+func (c *Core) emit(ctx context.Context, events ...*journal.Event) error {
+	var kind journal.Type // of the caller's change, for its failpoints
+	if len(events) > 0 {
+		kind = generic(events[0].Type)
+	}
+	var ks []kept
+	if c.pendN.Load() > 0 {
+		// Changes that are still to be journaled come first.
+		var pre []*journal.Event
+		pre, ks = c.takePending()
+		events = append(pre, events...)
+	}
+	if len(events) == 0 {
+		return nil
+	}
+	hit(kind, stepApplied)
+	if err := c.flush(c.named(events)); err != nil {
+		c.settle(ks, false)
+		return err
+	}
+	hit(kind, stepFlushed)
+	if err := c.log.Append(context.WithoutCancel(ctx), events...); err != nil {
+		c.settle(ks, false)
+		return fmt.Errorf("journal: %w", err)
+	}
+	hit(kind, stepJournaled)
+	c.settle(ks, true)
+	return nil
+}
+
+// fileEvent builds the event for a change to the file at rel: INSERT
+// inside a table, the generic type t elsewhere.
+func fileEvent(t journal.Type, rel string, files ...journal.File) *journal.Event {
+	loc := journal.Locate(path.Dir(rel))
+	if t == journal.Write && loc.Table != "" {
+		t = journal.Insert
+	}
+	return &journal.Event{Type: t, Path: rel, DB: loc.DB, Table: loc.Table, Partition: loc.Partition, Files: files}
+}
+
+// dirEvent builds the event for creating (mk) or removing a directory,
+// typed by its level in the warehouse layout.
+func dirEvent(mk bool, rel string) *journal.Event {
+	loc := journal.Locate(rel)
+	t := map[journal.Level][2]journal.Type{
+		journal.Database:  {journal.CreateDatabase, journal.DropDatabase},
+		journal.Table:     {journal.CreateTable, journal.DropTable},
+		journal.Partition: {journal.AddPartition, journal.DropPartition},
+	}[loc.Level]
+	if t[0] == "" {
+		t = [2]journal.Type{journal.Mkdir, journal.Rmdir}
+	}
+	e := &journal.Event{Type: t[1], Path: rel, DB: loc.DB, Table: loc.Table, Partition: loc.Partition}
+	if mk {
+		e.Type = t[0]
+	}
+	return e
+}
+
+// state is what identifies one version of a file's content.
+type state struct {
+	ino, size    uint64
+	mtime, ctime int64
+}
+
+func statState(st *syscall.Stat_t) state {
+	return state{ino: st.Ino, size: uint64(st.Size), mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
+}
+
+// sumCache remembers the checksum of content cmfs has already hashed, so
+// deleting a file written through the mount costs no read of its data.
+type sumCache struct {
+	mu sync.Mutex
+	m  map[uint64]cachedSum
+}
+
+type cachedSum struct {
+	st  state
+	sum string
+}
+
+const sumCacheMax = 1 << 20
+
+func (c *sumCache) get(st state) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[st.ino]
+	if !ok || e.st != st {
+		return "", false
+	}
+	return e.sum, true
+}
+
+func (c *sumCache) put(st state, sum string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= sumCacheMax {
+		c.m = make(map[uint64]cachedSum)
+	}
+	c.m[st.ino] = cachedSum{st, sum}
+}
+
+// sumFile returns the checksum and size of the open file f, from the cache
+// when its state is unchanged since it was last hashed. A file that changes
+// while it is hashed is hashed again.
+func (c *Core) sumFile(f *os.File) (string, *syscall.Stat_t, error) {
+	for try := 0; ; try++ {
+		var before syscall.Stat_t
+		if err := syscall.Fstat(int(f.Fd()), &before); err != nil {
+			return "", nil, err
+		}
+		if sum, ok := c.sums.get(statState(&before)); ok {
+			return sum, &before, nil
+		}
+		sum, err := hashReaderAt(f, before.Size)
+		if err != nil {
+			return "", nil, err
+		}
+		var after syscall.Stat_t
+		if err := syscall.Fstat(int(f.Fd()), &after); err != nil {
+			return "", nil, err
+		}
+		if statState(&before) == statState(&after) || try == 2 {
+			c.sums.put(statState(&after), sum)
+			return sum, &after, nil
+		}
+	}
+}
+
+// sumPath is sumFile for a path.
+func (c *Core) sumPath(p string) (string, *syscall.Stat_t, error) {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		return "", nil, err
+	}
+	if sum, ok := c.sums.get(statState(&st)); ok {
+		return sum, &st, nil
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NOATIME, 0)
+	if err != nil {
+		// O_NOATIME needs ownership or CAP_FOWNER.
+		if f, err = os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0); err != nil {
+			return "", nil, err
+		}
+	}
+	defer f.Close()
+	return c.sumFile(f)
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+
+// mmapMin is the size from which a file is hashed through a memory
+// mapping: it saves copying every page into a buffer first.
+const mmapMin = 4 << 20
+
+// hashReaderAt hashes the first size bytes of f without moving its offset.
+func hashReaderAt(f *os.File, size int64) (string, error) {
+	if size >= mmapMin && int64(int(size)) == size {
+		if data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED); err == nil {
+			defer unix.Munmap(data)
+			unix.Madvise(data, unix.MADV_SEQUENTIAL)
+			if sum, ok := hashMapped(data); ok {
+				return journal.FormatSum(sum), nil
+			}
+			// Truncated under us: hash what is there now by reading.
+		}
+	}
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	d := xxhash.New()
+	if _, err := io.CopyBuffer(d, io.NewSectionReader(f, 0, size), *bp); err != nil {
+		return "", err
+	}
+	return journal.FormatSum(d.Sum64()), nil
+}
+
+// hashMapped hashes mapped file data. A file truncated by another writer
+// while it is hashed faults (SIGBUS) instead of crashing the mount.
+func hashMapped(data []byte) (sum uint64, ok bool) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return xxhash.Sum64(data), true
+}

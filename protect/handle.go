@@ -1,0 +1,604 @@
+package protect
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/cmfs-project/cmfs/journal"
+	"golang.org/x/sys/unix"
+)
+
+// Identity is told when cmfs puts a new inode in place of a file's (an
+// O_TRUNC or a truncate to 0 keeps the original inode in cmroot): the
+// adapter keeps the file's identity, so that the kernel sees one file.
+// Swapped records that the file's name now holds the inode open as f and
+// returns what undoes that record.
+type Identity interface {
+	Swapped(f *os.File) (undo func())
+}
+
+// Prepared is what Prepare did before an open or truncate that may put a
+// new inode in place of the file's: the checksum and the link names are
+// looked up ahead, and Gate is held exclusively until Release.
+type Prepared struct {
+	c       *Core
+	replace bool
+}
+
+// Release lets go of what Prepare took.
+func (p Prepared) Release() {
+	if p.replace {
+		p.c.Gate.Unlock()
+	}
+}
+
+// Prepare readies a change of rel that empties it (O_TRUNC, truncate to
+// 0 by name): when its inode may be replaced, the checksum is computed
+// and the names of a linked file found first, so that the replacement,
+// under the Gate, finds them cached instead of stalling every release
+// while it reads; then the Gate is taken. Call before locking the file's
+// use; Release after.
+func (c *Core) Prepare(rel string, empties bool) Prepared {
+	if !empties || c.tmpDir == "" || c.excluded(rel) {
+		return Prepared{c: c}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(c.abs(rel), &st); err != nil || st.Size == 0 {
+		return Prepared{c: c}
+	}
+	if _, cur, err := c.sumPath(c.abs(rel)); err == nil {
+		c.linkNames(rel, cur)
+	}
+	c.Gate.Lock()
+	return Prepared{c: c, replace: true}
+}
+
+// Handle is a file open through the mount. One opened for writing
+// journals the new content when it is closed (Flush), before close()
+// returns.
+type Handle struct {
+	c        *Core
+	f        *os.File
+	write    bool
+	readable bool
+	excluded bool
+
+	mu sync.Mutex
+	// orig is the original copied at open, journaled with the first change.
+	orig *preserved
+	// last is the content state last journaled (or seen at open).
+	last   state
+	synced bool
+	// slot holds the handle's intent in the in-flight table, -1 if none.
+	slot   int
+	intent intent
+	// unjournaled says the last flush could not journal the content.
+	unjournaled bool
+}
+
+// File returns the backing file the handle reads and writes.
+func (h *Handle) File() *os.File { return h.f }
+
+// Writes says whether the handle was opened for writing.
+func (h *Handle) Writes() bool { return h.write }
+
+// Create makes rel, exclusively, with flags and mode, owned by the
+// caller, and opens it. A file that exists fails with EEXIST.
+func (c *Core) Create(ctx context.Context, rel string, flags, mode uint32, cl Caller) (*Handle, error) {
+	if c.isHidden(rel) {
+		return nil, syscall.EPERM
+	}
+	if err := c.journalable(rel); err != nil {
+		return nil, err
+	}
+	abs := c.abs(rel)
+	ex := c.excluded(rel)
+	if !ex {
+		// Should the mount die between creating the file and registering
+		// its handle, the next mount journals the new file.
+		_, done, err := c.intend(&intent{Type: journal.Write, Path: rel})
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+	}
+	f, err := os.OpenFile(abs, int(flags)|os.O_CREATE|os.O_EXCL, os.FileMode(mode))
+	if err != nil {
+		return nil, err
+	}
+	cl.own(abs)
+	// A new file is new content, even if it is never written to.
+	h, err := c.newHandle(f, rel, true, ex, true, nil)
+	if err != nil {
+		f.Close()
+		syscall.Unlink(abs)
+		return nil, err
+	}
+	return h, nil
+}
+
+// Abort undoes a Create whose file the adapter could not take on.
+func (h *Handle) Abort(rel string) {
+	h.f.Close()
+	syscall.Unlink(h.c.abs(rel))
+	h.Release()
+}
+
+// Open opens rel with flags for a file in use as u (held steady by the
+// caller), after Prepare. An open for writing of a non-empty file keeps
+// the original first: with O_TRUNC it is linked into cmroot and a new
+// inode put in place (O(1); id is told), or copied and the file truncated
+// in place when other handles or links must see the truncation; without
+// O_TRUNC it is copied now, because with FUSE passthrough the writes
+// never pass through cmfs.
+func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prepared, id Identity) (*Handle, error) {
+	abs := c.abs(rel)
+	trunc := flags&syscall.O_TRUNC != 0
+	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY || trunc
+	if !write || c.excluded(rel) {
+		f, err := os.OpenFile(abs, int(flags)|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return nil, err
+		}
+		return c.opened(f, rel, write, c.excluded(rel), nil)
+	}
+	if err := c.journalable(rel); err != nil {
+		return nil, err
+	}
+	// Refuse before anything changes if the journal could not take the
+	// events.
+	if err := c.log.Admit(); err != nil {
+		return nil, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(abs, &st); err != nil {
+		return nil, err
+	}
+	if !isReg(&st) || st.Size == 0 {
+		f, err := os.OpenFile(abs, int(flags)|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return nil, err
+		}
+		return c.opened(f, rel, true, false, nil)
+	}
+	if !trunc {
+		// An in-place update: the original is copied before the kernel
+		// has the file.
+		orig, err := c.preserve(abs, copying(u, 0))
+		if err != nil {
+			return nil, err
+		}
+		f, err := os.OpenFile(abs, int(flags)|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			c.undo(orig, "")
+			return nil, err
+		}
+		h, err := c.opened(f, rel, true, false, &orig)
+		if err != nil {
+			c.undo(orig, "")
+			return nil, err
+		}
+		return h, nil
+	}
+
+	in := intent{Type: journal.Truncate, Path: rel}
+	slot, done, err := c.intend(&in)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	var f *os.File
+	var orig preserved
+	// undo puts the original back; if it cannot, the truncation is
+	// journaled later (keep).
+	var undo func() error
+	if p.replace && u.Opens == 0 && c.treeLinks(&st) == 1 {
+		// O(1): keep the original inode in cmroot, put a new one in its place.
+		if orig, err = c.preserve(abs, byLink); err != nil {
+			return nil, err
+		}
+		if err = c.intendOrig(slot, &in, rel, orig); err != nil {
+			c.undo(orig, "")
+			return nil, err
+		}
+		var old string
+		if f, old, err = c.replace(abs, &st, flags); err != nil {
+			c.undo(orig, "")
+			return nil, err
+		}
+		defer os.Remove(old)
+		unswap := swapped(id, f)
+		undo = func() error {
+			if err := unix.Renameat2(unix.AT_FDCWD, old, unix.AT_FDCWD, abs, unix.RENAME_EXCHANGE); err != nil {
+				return err
+			}
+			unswap()
+			return nil
+		}
+	} else {
+		// Other handles or links must see the truncation: copy, then
+		// truncate in place.
+		if orig, err = c.preserve(abs, copying(u, 0)); err != nil {
+			return nil, err
+		}
+		if err = c.intendOrig(slot, &in, rel, orig); err != nil {
+			c.undo(orig, "")
+			return nil, err
+		}
+		if f, err = os.OpenFile(abs, int(flags)|syscall.O_NOFOLLOW, 0); err != nil {
+			c.undo(orig, "")
+			return nil, err
+		}
+		undo = func() error { return c.refill(orig, fmt.Sprintf("/proc/self/fd/%d", f.Fd())) }
+	}
+	// Truncated, the file is empty under all its names.
+	names := c.linkNames(rel, &st)
+	events := contentEvents(journal.Truncate, rel, names, journal.File{Size: 0, XXH64: emptySum}, &orig.File)
+	if err := c.emit(ctx, events...); err != nil {
+		if undo() != nil {
+			c.keep(slot, in)
+		} else {
+			c.undo(orig, "")
+		}
+		f.Close()
+		return nil, err
+	}
+	// The truncation is journaled; should the handle's intent not be
+	// written, the open is refused and the truncation stays.
+	return c.opened(f, rel, true, false, nil)
+}
+
+// opened is newHandle for an open: the file is closed on error.
+func (c *Core) opened(f *os.File, rel string, write, excluded bool, orig *preserved) (*Handle, error) {
+	h, err := c.newHandle(f, rel, write, excluded, false, orig)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// swapped tells id, if any, that f's inode now holds the file's name.
+func swapped(id Identity, f *os.File) (undo func()) {
+	if id == nil {
+		return func() {}
+	}
+	return id.Swapped(f)
+}
+
+// copying says how to copy the original of a file in use as u: self of
+// its writers are the caller's own, blocked in this operation; any other
+// may be writing.
+func copying(u Use, self int) how {
+	if u.Writers > self {
+		return byCopy
+	}
+	return byCopyIdle
+}
+
+// newHandle wraps an opened backing file. The content of a created file is
+// journaled at its first close even if nothing is written; any other
+// handle journals only a change from the state it opened. A handle for
+// writing records its intent (writes through passthrough never reach
+// cmfs: should the mount die before the close journals them, the next
+// mount looks); it fails when that cannot be recorded.
+func (c *Core) newHandle(f *os.File, rel string, write, excluded, created bool, orig *preserved) (*Handle, error) {
+	h := &Handle{c: c, f: f, write: write, excluded: excluded, orig: orig, slot: -1}
+	if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err == nil {
+		h.readable = fl&syscall.O_ACCMODE != syscall.O_WRONLY
+	}
+	var st syscall.Stat_t
+	if write && !created && syscall.Fstat(int(f.Fd()), &st) == nil {
+		h.last, h.synced = statState(&st), true
+	}
+	if write && !excluded {
+		in := intent{Type: journal.Write, Path: rel}
+		switch {
+		case orig != nil:
+			in.Base, in.Orig = orig.XXH64, &orig.File
+		case created:
+		case st.Size == 0:
+			in.Base = emptySum
+		default:
+			in.Base, _ = c.sums.get(statState(&st))
+		}
+		// Admitted already: the open's change, if any, is made.
+		slot, _, err := c.record(&in)
+		if err != nil {
+			return nil, err
+		}
+		h.slot, h.intent = slot, in
+	}
+	return h, nil
+}
+
+// Truncate changes the size of rel — through h when the caller truncates
+// an open file, by name otherwise — for a file in use as u, after
+// Prepare. The original is kept first: linked into cmroot with a new
+// empty inode put in its place (truncate to 0 by name, nothing open; id
+// is told), or copied.
+func (c *Core) Truncate(ctx context.Context, rel string, size uint64, h *Handle, u Use, p Prepared, id Identity) error {
+	abs := c.abs(rel)
+	apply := func() error {
+		if h != nil {
+			return h.f.Truncate(int64(size))
+		}
+		return syscall.Truncate(abs, int64(size))
+	}
+	if c.excluded(rel) {
+		return apply()
+	}
+	if err := c.journalable(rel); err != nil {
+		return err
+	}
+	var st syscall.Stat_t
+	var err error
+	if h != nil {
+		err = syscall.Fstat(int(h.f.Fd()), &st)
+	} else {
+		err = syscall.Lstat(abs, &st)
+	}
+	if err != nil {
+		return err
+	}
+	if !isReg(&st) || uint64(st.Size) == size {
+		return apply()
+	}
+	in := intent{Type: journal.Truncate, Path: rel}
+	slot, done, err := c.intend(&in)
+	if err != nil {
+		return err
+	}
+	defer done()
+	names := c.linkNames(rel, &st)
+
+	var orig *preserved
+	// undo puts the content back as it was; if it cannot, the change is
+	// journaled later (keep).
+	undo := func() error { return syscall.Truncate(abs, st.Size) }
+	if st.Size > 0 {
+		if p.replace && h == nil && size == 0 && u.Opens == 0 && c.treeLinks(&st) == 1 {
+			o, err := c.preserve(abs, byLink)
+			if err != nil {
+				return err
+			}
+			if err := c.intendOrig(slot, &in, rel, o); err != nil {
+				c.undo(o, "")
+				return err
+			}
+			nf, old, err := c.replace(abs, &st, syscall.O_RDONLY)
+			if err != nil {
+				c.undo(o, "")
+				return err
+			}
+			defer os.Remove(old)
+			defer nf.Close()
+			unswap := swapped(id, nf)
+			undo = func() error {
+				if err := unix.Renameat2(unix.AT_FDCWD, old, unix.AT_FDCWD, abs, unix.RENAME_EXCHANGE); err != nil {
+					return err
+				}
+				unswap()
+				return nil
+			}
+			apply = func() error { return nil } // the new inode is empty
+			orig = &o
+		} else {
+			self := 0
+			if h != nil && h.write {
+				self = 1
+			}
+			o, err := c.preserve(abs, copying(u, self))
+			if err != nil {
+				return err
+			}
+			if err := c.intendOrig(slot, &in, rel, o); err != nil {
+				c.undo(o, "")
+				return err
+			}
+			orig = &o
+			if size < uint64(st.Size) {
+				undo = func() error { return c.refill(o, abs) }
+			}
+		}
+	}
+	if err := apply(); err != nil {
+		if orig != nil {
+			c.undo(*orig, "") // the content is as it was
+		}
+		return err
+	}
+	sum := emptySum
+	var serr error
+	if size > 0 {
+		sum, _, serr = c.sumPath(abs)
+	}
+	if serr == nil {
+		var o *journal.File
+		if orig != nil {
+			o = &orig.File
+		}
+		serr = c.emit(ctx, contentEvents(journal.Truncate, rel, names, journal.File{Size: int64(size), XXH64: sum}, o)...)
+	}
+	if serr != nil {
+		if undo() != nil {
+			c.keep(slot, in)
+		} else if orig != nil {
+			c.undo(*orig, "")
+		}
+		return serr
+	}
+	return nil
+}
+
+// Flush journals the handle's new content, if it changed, at rel, the
+// file's name now (live false: it has none in the tree any more).
+func (h *Handle) Flush(ctx context.Context, rel string, live bool) error {
+	if !h.write || h.excluded {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(h.f.Fd()), &st); err != nil {
+		return err
+	}
+	if h.synced && statState(&st) == h.last {
+		return nil
+	}
+	c := h.c
+	if !live || c.treeLinks(&st) == 0 || c.excluded(rel) {
+		return nil // no longer in the protected tree: nothing to journal
+	}
+	src, closeSrc, err := h.reader()
+	if err != nil {
+		return err
+	}
+	defer closeSrc()
+	sum, cur, err := c.sumFile(src)
+	if err != nil {
+		return err
+	}
+	if h.orig != nil && h.orig.XXH64 == sum && h.orig.Size == cur.Size {
+		// Written back unchanged: the copy was not needed.
+		if h.orig.created {
+			c.cm.Drop(h.orig.CM)
+		}
+		h.orig, h.last, h.synced = nil, statState(cur), true
+		return nil
+	}
+	var orig *journal.File
+	if h.orig != nil {
+		orig = &h.orig.File
+	}
+	// Every name of the file holds the new content.
+	names := c.linkNames(rel, cur)
+	if err := c.emit(ctx, contentEvents(journal.Write, rel, names, journal.File{Size: cur.Size, XXH64: sum}, orig)...); err != nil {
+		// The content is in the file and cannot be taken back: close
+		// fails, and the handle's intent outlives it (Release) until a
+		// later event or the next mount's recovery journals the content.
+		h.unjournaled = true
+		return err
+	}
+	h.unjournaled = false
+	h.orig, h.last, h.synced = nil, statState(cur), true
+	h.intent = intent{After: c.log.Last(), Type: journal.Write, Path: rel, Base: sum}
+	c.inflight.update(h.slot, &h.intent)
+	return nil
+}
+
+// Fsync runs fsync, the backing file's, while it checksums the content,
+// so the close that usually follows finds the checksum cached.
+func (h *Handle) Fsync(fsync func() error) error {
+	if !h.write || h.excluded {
+		return fsync()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if src, closeSrc, err := h.reader(); err == nil {
+			h.c.sumFile(src) // fills the cache; errors surface at flush
+			closeSrc()
+		}
+	}()
+	err := fsync()
+	<-done
+	return err
+}
+
+// reader returns a descriptor that reads the handle's inode.
+func (h *Handle) reader() (*os.File, func(), error) {
+	if h.readable {
+		return h.f, func() {}, nil
+	}
+	// A write-only descriptor cannot be read back: open the same inode
+	// again for reading, wherever its name is now.
+	src, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", h.f.Fd()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return src, func() { src.Close() }, nil
+}
+
+// Release ends the handle: its intent is cleared, or kept when its last
+// content could not be journaled. The caller closes the file.
+func (h *Handle) Release() {
+	if h.slot < 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.unjournaled {
+		h.c.keep(h.slot, h.intent)
+	} else {
+		h.c.inflight.end(h.slot)
+	}
+	h.slot = -1
+}
+
+// refill writes the preserved original p back into the file at abs, in
+// place: the undo of a truncation that could not be journaled.
+func (c *Core) refill(p preserved, abs string) error {
+	src, err := c.cm.Open(p.CM)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	f, err := os.OpenFile(abs, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var off int64
+	buf := make([]byte, 1<<20)
+	for off < p.Size {
+		k, err := src.ReadAt(buf[:min(int64(len(buf)), p.Size-off)], off)
+		if k > 0 {
+			if _, werr := f.WriteAt(buf[:k], off); werr != nil {
+				return werr
+			}
+			off += int64(k)
+		}
+		if err != nil && off < p.Size {
+			return err
+		}
+	}
+	return f.Truncate(p.Size)
+}
+
+var tmpSeq atomic.Uint64
+
+// tmpName returns a fresh name in the temporary directory.
+func (c *Core) tmpName(what string) string {
+	return filepath.Join(c.tmpDir, fmt.Sprintf("%s-%d-%d", what, os.Getpid(), tmpSeq.Add(1)))
+}
+
+// replace puts a new, empty inode with st's mode and owner at abs and
+// returns it opened with flags. The old inode is no longer at abs: it is
+// at old, in the temporary directory, until the caller removes it — or
+// exchanges it back to undo the replacement.
+func (c *Core) replace(abs string, st *syscall.Stat_t, flags uint32) (f *os.File, old string, err error) {
+	tmp := c.tmpName("replace")
+	f, err = os.OpenFile(tmp, int(flags&^(syscall.O_TRUNC|syscall.O_APPEND))|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, "", err
+	}
+	fd := int(f.Fd())
+	if err = syscall.Fchown(fd, int(st.Uid), int(st.Gid)); err == nil {
+		err = syscall.Fchmod(fd, st.Mode&0o7777)
+	}
+	if err == nil {
+		err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, abs, unix.RENAME_EXCHANGE)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, "", err
+	}
+	return f, tmp, nil
+}

@@ -1,0 +1,498 @@
+package protect
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"syscall"
+	"unicode/utf8"
+
+	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/journal"
+	"golang.org/x/sys/unix"
+)
+
+// Use says how a file is in use through the mount: the handles open on it
+// and how many of them write. The adapter knows it and holds it steady
+// (the node's lock) while the core decides by it: a file still written to
+// is copied, never moved or linked, into cmroot.
+type Use struct {
+	Opens, Writers int
+}
+
+// Caller is who asked for an operation that creates a file: as root, cmfs
+// gives new files the caller's owner, as the kernel would.
+type Caller struct {
+	Uid, Gid uint32
+	Known    bool
+}
+
+// own gives the file at p the caller's owner.
+func (cl Caller) own(p string) {
+	if cl.Known && os.Getuid() == 0 {
+		syscall.Lchown(p, int(cl.Uid), int(cl.Gid))
+	}
+}
+
+// leaving says how to preserve the file st, in use as u, as its name goes
+// away: by h, unless the inode can still change after — it is open for
+// writing, or has other links — and a cmroot entry must never be such an
+// inode: then by copy.
+func (c *Core) leaving(u Use, st *syscall.Stat_t, h how) how {
+	switch {
+	case u.Writers > 0:
+		return byCopy
+	case c.treeLinks(st) > 1:
+		return byCopyIdle
+	}
+	return h
+}
+
+// Mkdir makes the directory rel with mode, owned by the caller.
+func (c *Core) Mkdir(ctx context.Context, rel string, mode uint32, cl Caller) error {
+	if c.isHidden(rel) {
+		return syscall.EPERM
+	}
+	if err := c.journalable(rel); err != nil {
+		return err
+	}
+	abs := c.abs(rel)
+	if c.excluded(rel) {
+		return mkdir(abs, mode, cl)
+	}
+	in := intent{Type: journal.Mkdir, Path: rel}
+	slot, done, err := c.intend(&in)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := mkdir(abs, mode, cl); err != nil {
+		return err
+	}
+	if err := c.emit(ctx, dirEvent(true, rel)); err != nil {
+		if syscall.Rmdir(abs) != nil {
+			c.keep(slot, in)
+		}
+		return err
+	}
+	return nil
+}
+
+func mkdir(abs string, mode uint32, cl Caller) error {
+	if err := syscall.Mkdir(abs, mode); err != nil {
+		return err
+	}
+	cl.own(abs)
+	return nil
+}
+
+// Rmdir removes the empty directory rel: one structural event (rm -r has
+// journaled a DELETE for every file below first).
+func (c *Core) Rmdir(ctx context.Context, rel string) error {
+	if c.isHidden(rel) {
+		return syscall.ENOENT
+	}
+	if err := c.journalable(rel); err != nil {
+		return err
+	}
+	abs := c.abs(rel)
+	if c.excluded(rel) {
+		return syscall.Rmdir(abs)
+	}
+	in := intent{Type: journal.Rmdir, Path: rel}
+	slot, done, err := c.intend(&in)
+	if err != nil {
+		return err
+	}
+	defer done()
+	var st syscall.Stat_t
+	if err := syscall.Lstat(abs, &st); err != nil {
+		return err
+	}
+	if err := syscall.Rmdir(abs); err != nil {
+		return err
+	}
+	if err := c.emit(ctx, dirEvent(false, rel)); err != nil {
+		// Put the empty directory back as it was.
+		if syscall.Mkdir(abs, st.Mode&07777) != nil || syscall.Lchown(abs, int(st.Uid), int(st.Gid)) != nil {
+			c.keep(slot, in)
+		}
+		return err
+	}
+	return nil
+}
+
+// Unlink removes the name rel of a file in use as u. A regular file's
+// original goes to cmroot: moved there (the move is the unlink), or copied
+// when the inode can still change.
+func (c *Core) Unlink(ctx context.Context, rel string, u Use) error {
+	if c.isHidden(rel) {
+		return syscall.ENOENT
+	}
+	if err := c.journalable(rel); err != nil {
+		return err
+	}
+	abs := c.abs(rel)
+	if c.excluded(rel) {
+		return syscall.Unlink(abs)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(abs, &st); err != nil {
+		return err
+	}
+	in := intent{Type: journal.Delete, Path: rel}
+	slot, done, err := c.intend(&in)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if !isReg(&st) {
+		target, _ := os.Readlink(abs)
+		if err := syscall.Unlink(abs); err != nil {
+			return err
+		}
+		if err := c.emit(ctx, fileEvent(journal.Delete, rel)); err != nil {
+			if st.Mode&syscall.S_IFMT != syscall.S_IFLNK || syscall.Symlink(target, abs) != nil {
+				c.keep(slot, in)
+			}
+			return err
+		}
+		return nil
+	}
+	h := c.leaving(u, &st, byMove)
+	if h == byMove {
+		// The move is the unlink: name its entry before it happens.
+		if sum, cur, err := c.sumPath(abs); err == nil {
+			in.Orig = &journal.File{Path: rel, Size: cur.Size, XXH64: sum, CM: cmroot.Name(sum, cur.Size)}
+			if err := c.inflight.update(slot, &in); err != nil {
+				return err
+			}
+		}
+	}
+	orig, err := c.preserve(abs, h)
+	if err != nil {
+		return err
+	}
+	orig.Path = rel
+	if err := c.intendOrig(slot, &in, rel, orig); err != nil {
+		if c.undo(orig, abs) != nil {
+			c.keep(slot, in)
+		}
+		return err
+	}
+	if h != byMove {
+		if err := syscall.Unlink(abs); err != nil {
+			c.undo(orig, "")
+			return err
+		}
+	}
+	if err := c.emit(ctx, fileEvent(journal.Delete, rel, orig.File)); err != nil {
+		if c.undo(orig, abs) != nil {
+			c.keep(slot, in)
+		}
+		return err
+	}
+	c.unlinkedName(rel, &st)
+	return nil
+}
+
+// Rename renames oldRel to newRel with rename(2)'s flags; target is the
+// use of the file it replaces, if any. The replaced regular file is kept
+// in cmroot first; a tree leaving for scratch space is copied into cmroot;
+// one arriving from it is journaled as new content. Should the event not
+// be journaled, the rename is undone.
+func (c *Core) Rename(ctx context.Context, oldRel, newRel string, flags uint32, target Use) error {
+	if c.isHidden(oldRel) || c.isHidden(newRel) {
+		return syscall.EPERM
+	}
+	if err := c.journalable(oldRel, newRel); err != nil {
+		return err
+	}
+	oldAbs, newAbs := c.abs(oldRel), c.abs(newRel)
+	oldEx, newEx := c.excluded(oldRel), c.excluded(newRel)
+	in := intent{Type: journal.Rename, Path: oldRel, NewPath: newRel}
+	switch {
+	case oldEx && newEx:
+		in.Type = ""
+	case oldEx:
+		in = intent{Type: journal.Write, Path: newRel} // arriving content
+	case newEx:
+		in = intent{Type: journal.Delete, Path: oldRel} // leaving the tree
+	}
+	slot := -1
+	if in.Type != "" {
+		var done func()
+		var err error
+		if slot, done, err = c.intend(&in); err != nil {
+			return err
+		}
+		defer done()
+	}
+
+	var src, tst syscall.Stat_t
+	if err := syscall.Lstat(oldAbs, &src); err != nil {
+		return err
+	}
+	targetExists := syscall.Lstat(newAbs, &tst) == nil
+	if targetExists && tst.Ino == src.Ino && tst.Dev == src.Dev && flags&unix.RENAME_EXCHANGE == 0 {
+		// Two names of one inode: rename(2) does nothing, and so do we.
+		return unix.Renameat2(unix.AT_FDCWD, oldAbs, unix.AT_FDCWD, newAbs, uint(flags))
+	}
+	// Leaving the protected tree for scratch space is a delete: keep the
+	// originals before they become unprotected.
+	var events []*journal.Event
+	var kept []preserved
+	if !oldEx && newEx {
+		var err error
+		if events, kept, err = c.preserveTree(oldAbs, oldRel); err != nil {
+			return err
+		}
+	}
+	// The replaced file, if any.
+	var replaced *preserved
+	if flags&unix.RENAME_NOREPLACE == 0 && flags&unix.RENAME_EXCHANGE == 0 && !newEx &&
+		targetExists && isReg(&tst) && src.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		p, err := c.preserve(newAbs, c.leaving(target, &tst, byLink))
+		if err != nil {
+			c.undoAll(kept)
+			return err
+		}
+		p.Path = newRel
+		replaced = &p
+		if err := c.intendOrig(slot, &in, newRel, p); err != nil {
+			c.undo(p, "")
+			c.undoAll(kept)
+			return err
+		}
+	}
+	// Should the event not be journaled, the rename is undone: the
+	// replaced inode is held by a second name until then.
+	var hold string
+	if targetExists && !newEx && flags&(unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE) == 0 &&
+		tst.Mode&syscall.S_IFMT != syscall.S_IFDIR && c.tmpDir != "" {
+		hold = c.tmpName("hold")
+		if err := syscall.Link(newAbs, hold); err != nil {
+			if replaced != nil {
+				c.undo(*replaced, "")
+			}
+			c.undoAll(kept)
+			return err
+		}
+		defer os.Remove(hold)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, oldAbs, unix.AT_FDCWD, newAbs, uint(flags)); err != nil {
+		if replaced != nil {
+			c.undo(*replaced, "")
+		}
+		c.undoAll(kept)
+		return err
+	}
+	// fail undoes the rename after err, or keeps its intent if it cannot.
+	fail := func(err error) error {
+		if c.unrename(oldAbs, newAbs, flags, targetExists, &tst, hold, replaced) != nil {
+			c.keep(slot, in)
+			return err
+		}
+		if replaced != nil {
+			c.undo(*replaced, "")
+		}
+		c.undoAll(kept)
+		return err
+	}
+	c.renamedNames(oldRel, newRel, &src, &tst, targetExists && flags&unix.RENAME_NOREPLACE == 0, newEx, flags)
+	switch {
+	case oldEx && newEx:
+		return nil
+	case oldEx:
+		// Arriving from scratch space: the content is new to the tree.
+		var err error
+		if events, err = c.arrivals(newAbs, newRel); err != nil {
+			return fail(err)
+		}
+		if restoring(oldRel) {
+			for _, e := range events {
+				if e.Type == journal.Insert || e.Type == journal.Write {
+					e.Type = journal.Restore
+				}
+			}
+		}
+		if replaced != nil && len(events) > 0 {
+			events[0].Files = append(events[0].Files, replaced.File)
+		}
+	case newEx:
+		// events were built before the rename.
+	default:
+		e := renameEvent(oldRel, newRel, &src)
+		if isReg(&src) {
+			sum, st, err := c.sumPath(newAbs)
+			if err != nil {
+				return fail(err)
+			}
+			e.Files = append(e.Files, journal.File{Path: newRel, Size: st.Size, XXH64: sum})
+		}
+		if replaced != nil {
+			e.Files = append(e.Files, replaced.File)
+		}
+		if flags&unix.RENAME_EXCHANGE != 0 {
+			e.Target = "exchange"
+		}
+		events = append(events, e)
+	}
+	if err := c.emit(ctx, events...); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// unrename undoes a rename of oldAbs to newAbs: the renamed object goes
+// back, and what it replaced (st, when existed) is put back from hold,
+// its second name, or else from its cmroot entry replaced.
+func (c *Core) unrename(oldAbs, newAbs string, flags uint32, existed bool, st *syscall.Stat_t, hold string, replaced *preserved) error {
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		return unix.Renameat2(unix.AT_FDCWD, newAbs, unix.AT_FDCWD, oldAbs, unix.RENAME_EXCHANGE)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, newAbs, unix.AT_FDCWD, oldAbs, unix.RENAME_NOREPLACE); err != nil {
+		return err
+	}
+	switch {
+	case !existed:
+		return nil
+	case hold != "":
+		return unix.Renameat2(unix.AT_FDCWD, hold, unix.AT_FDCWD, newAbs, unix.RENAME_NOREPLACE)
+	case st.Mode&syscall.S_IFMT == syscall.S_IFDIR:
+		if err := syscall.Mkdir(newAbs, st.Mode&07777); err != nil {
+			return err
+		}
+		return syscall.Lchown(newAbs, int(st.Uid), int(st.Gid))
+	case replaced != nil:
+		return c.cm.Restore(replaced.CM, newAbs)
+	}
+	return fmt.Errorf("rename: cannot put back what %s replaced", newAbs)
+}
+
+// renameEvent types a rename by what moved: a database, table or
+// partition directory renamed within its level, or anything else.
+func renameEvent(oldRel, newRel string, st *syscall.Stat_t) *journal.Event {
+	loc := journal.Locate(oldRel)
+	t := journal.Rename
+	if st.Mode&syscall.S_IFMT == syscall.S_IFDIR && journal.Locate(newRel).Level == loc.Level {
+		switch loc.Level {
+		case journal.Database:
+			t = journal.RenameDatabase
+		case journal.Table:
+			t = journal.RenameTable
+		case journal.Partition:
+			t = journal.RenamePartition
+		}
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		loc = journal.Locate(path.Dir(oldRel))
+	}
+	return &journal.Event{Type: t, Path: oldRel, NewPath: newRel, DB: loc.DB, Table: loc.Table, Partition: loc.Partition}
+}
+
+// Link gives the file at oldRel, a name in the tree, the new name rel,
+// and returns the file's attributes.
+func (c *Core) Link(ctx context.Context, oldRel, rel string) (*syscall.Stat_t, error) {
+	if c.isHidden(rel) {
+		return nil, syscall.EPERM
+	}
+	if err := c.journalable(rel); err != nil {
+		return nil, err
+	}
+	abs := c.abs(rel)
+	ex := c.excluded(rel)
+	if !ex && !utf8.ValidString(oldRel) {
+		return nil, syscall.EILSEQ
+	}
+	if !ex {
+		_, done, err := c.intend(&intent{Type: journal.Link, Path: oldRel, NewPath: rel})
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+	}
+	if err := syscall.Link(c.abs(oldRel), abs); err != nil {
+		return nil, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(abs, &st); err != nil {
+		syscall.Unlink(abs)
+		return nil, err
+	}
+	c.linkedName(oldRel, rel, &st)
+	if ex {
+		return &st, nil
+	}
+	e := fileEvent(journal.Link, oldRel)
+	e.NewPath = rel
+	if isReg(&st) {
+		sum, cur, err := c.sumPath(abs)
+		if err != nil {
+			syscall.Unlink(abs)
+			return nil, err
+		}
+		e.Files = []journal.File{{Path: rel, Size: cur.Size, XXH64: sum}}
+	}
+	if err := c.emit(ctx, e); err != nil {
+		syscall.Unlink(abs)
+		return nil, err
+	}
+	return &st, nil
+}
+
+// Symlink makes rel a symbolic link to target, owned by the caller.
+func (c *Core) Symlink(ctx context.Context, target, rel string, cl Caller) error {
+	if c.isHidden(rel) {
+		return syscall.EPERM
+	}
+	if err := c.journalable(rel); err != nil {
+		return err
+	}
+	ex := c.excluded(rel)
+	if !utf8.ValidString(target) && !ex {
+		return syscall.EILSEQ
+	}
+	abs := c.abs(rel)
+	if ex {
+		return symlink(target, abs, cl)
+	}
+	_, done, err := c.intend(&intent{Type: journal.Symlink, Path: rel, Target: target})
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := symlink(target, abs, cl); err != nil {
+		return err
+	}
+	e := fileEvent(journal.Symlink, rel)
+	e.Target = target
+	if err := c.emit(ctx, e); err != nil {
+		syscall.Unlink(abs)
+		return err
+	}
+	return nil
+}
+
+func symlink(target, abs string, cl Caller) error {
+	if err := syscall.Symlink(target, abs); err != nil {
+		return err
+	}
+	cl.own(abs)
+	return nil
+}
+
+// treeLinks returns how many links a file has outside cmroot.
+func (c *Core) treeLinks(st *syscall.Stat_t) uint64 {
+	return st.Nlink - uint64(c.CMLinks(st.Mode, st.Ino, uint32(st.Nlink)))
+}
+
+// CMLinks returns how many of a file's nlink links live in cmroot: links
+// no program may see, so that a preserved file looks deleted.
+func (c *Core) CMLinks(mode uint32, ino uint64, nlink uint32) uint32 {
+	if !c.cmSameDev || mode&syscall.S_IFMT != syscall.S_IFREG {
+		return 0
+	}
+	return min(c.cm.Links(ino), nlink)
+}
