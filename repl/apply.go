@@ -402,7 +402,10 @@ const copyBuf = 1 << 20
 // fetchTo fetches f's content, new in event (0: a BOOTSTRAP), into a new
 // staging file and returns its name once size and xxh64 are verified. A
 // live file that changed under the read is fetched again from cmroot,
-// where its original is by then. The staging file is removed on error.
+// where its original is by then; so is one whose path the fetcher refuses
+// to follow (a symlink leading out of the warehouse took the file's name
+// since: the path is clean, checkRel saw to that). The staging file is
+// removed on error.
 func (l *loader) fetchTo(ctx context.Context, f journal.File, event uint64, buf []byte) (string, error) {
 	tmp, err := os.CreateTemp(l.staging, "f-*")
 	if err != nil {
@@ -413,10 +416,15 @@ func (l *loader) fetchTo(ctx context.Context, f journal.File, event uint64, buf 
 			ctx = WithEvent(ctx, event)
 		}
 		err = l.stage(ctx, tmp, f, buf)
-		if f.CM == "" && (errors.Is(err, ErrStale) || errors.Is(err, ErrChecksum)) {
+		unsafe := errors.Is(err, ErrUnsafePath)
+		if f.CM == "" && (unsafe || errors.Is(err, ErrStale) || errors.Is(err, ErrChecksum)) {
 			retry := f
 			retry.CM = CMName(f)
-			err = l.stage(ctx, tmp, retry, buf)
+			if rerr := l.stage(ctx, tmp, retry, buf); rerr == nil || !unsafe {
+				err = rerr
+			} else {
+				err = fmt.Errorf("%w; and %w", err, rerr)
+			}
 		}
 	}
 	if err == nil {
