@@ -41,7 +41,7 @@ import (
 
 const (
 	exactOps        = 400 // operations per seed by default
-	exactServeOps   = 150 // for TestReplExactServe
+	exactServeOps   = 300 // for TestReplExactServe
 	exactCheckEvery = 64  // the model is checked against the mount this often
 )
 
@@ -127,7 +127,11 @@ func replExact(t *testing.T, seed int64, nops int, viaServe bool) {
 		prev = id
 		ops = append(ops, op)
 		ids = append(ids, id)
-		kinds[op.kind]++
+		if op.shape != "" {
+			kinds[op.shape]++
+		} else {
+			kinds[op.kind]++
+		}
 		if (i+1)%exactCheckEvery == 0 || i == nops-1 {
 			if d := diffTree(sourceTree(t, m), w.model.tree()); d != "" {
 				t.Fatalf("after op %d (%s), the mount differs from the model (mount vs model); last ops:\n%s\n%s", i, op, lastOps(ops, 12), d)
@@ -279,6 +283,9 @@ type xop struct {
 	a, b string // paths (b: mv and link's new name; symlink's target is b)
 	seed uint64 // write, append: content
 	size int    // write, append: content size; truncate: the new size
+	// shape names the case for the counts the test prints ("mv-over",
+	// "mv-dir-onto-empty", ...); kind if empty.
+	shape string
 }
 
 func (o xop) String() string {
@@ -580,10 +587,14 @@ func (g *exactGen) try() (xop, bool) {
 		}
 	case k < 30: // insert
 		if p := g.fresh(pick(r, dirs), exactFiles...); p != "" {
-			return content("write", p), true
+			o := content("write", p)
+			o.shape = "insert"
+			return o, true
 		}
 	case k < 37 && len(files) > 0: // overwrite (O_TRUNC), maybe a hard-linked file
-		return content("write", pick(r, files)), true
+		o := content("write", pick(r, files))
+		o.shape = "overwrite"
+		return o, true
 	case k < 43 && len(files) > 0:
 		o := content("append", pick(r, files))
 		o.size = max(o.size, 1)
@@ -609,7 +620,17 @@ func (g *exactGen) try() (xop, bool) {
 		if to == "" || to == from || x.n[to] != nil && x.n[to].kind == 'f' && x.n[from].kind == 'f' && x.n[to].ino == x.n[from].ino {
 			return xop{}, false // rename(2) of two names of one inode does nothing
 		}
-		return xop{kind: "mv", a: from, b: to}, true
+		shape := "mv-file"
+		switch {
+		case x.n[to] != nil:
+			shape = "mv-over"
+		case path.Dir(to) != path.Dir(from):
+			shape = "mv-file-across"
+		}
+		if x.n[from].kind == 'l' {
+			shape += "(symlink)"
+		}
+		return xop{kind: "mv", a: from, b: to, shape: shape}, true
 	case k < 70 && len(files) > 0: // hard link, next to it or elsewhere
 		from := pick(r, files)
 		if to := g.fresh(pick(r, []string{path.Dir(from), pick(r, dirs)}), exactFiles...); to != "" {
@@ -623,7 +644,7 @@ func (g *exactGen) try() (xop, bool) {
 		}
 	case k < 80: // a partition renamed to a new name, here or in another table
 		if to := g.fresh(pick(r, tables), exactParts...); to != "" && len(parts) > 0 {
-			return xop{kind: "mv", a: pick(r, parts), b: to}, true
+			return xop{kind: "mv", a: pick(r, parts), b: to, shape: "mv-partition"}, true
 		}
 	case k < 86: // a directory renamed onto an existing empty one of its level
 		level := pick(r, [][]string{parts, parts, tables, dbs})
@@ -642,22 +663,22 @@ func (g *exactGen) try() (xop, bool) {
 		}
 		to := pick(r, empty)
 		if to != from && !strings.HasPrefix(to, from+"/") {
-			return xop{kind: "mv", a: from, b: to}, true
+			return xop{kind: "mv", a: from, b: to, shape: "mv-dir-onto-empty"}, true
 		}
 	case k < 89 && len(tables) > 0: // a table renamed, maybe into another database
 		if to := g.fresh(pick(r, dbs), exactTables...); to != "" {
-			return xop{kind: "mv", a: pick(r, tables), b: to}, true
+			return xop{kind: "mv", a: pick(r, tables), b: to, shape: "mv-table"}, true
 		}
 	case k < 90 && len(dbs) > 0:
 		if to := g.fresh("", exactDBs...); to != "" {
-			return xop{kind: "mv", a: pick(r, dbs), b: to}, true
+			return xop{kind: "mv", a: pick(r, dbs), b: to, shape: "mv-db"}, true
 		}
 	case k < 95 && len(parts) > 0: // drop a partition (re-added by a later mkdir)
-		return xop{kind: "rm-r", a: pick(r, parts)}, true
+		return xop{kind: "rm-r", a: pick(r, parts), shape: "drop-partition"}, true
 	case k < 98 && len(tables) > 0:
-		return xop{kind: "rm-r", a: pick(r, tables)}, true
+		return xop{kind: "rm-r", a: pick(r, tables), shape: "drop-table"}, true
 	case k < 100 && len(dbs) > 0:
-		return xop{kind: "rm-r", a: pick(r, dbs)}, true
+		return xop{kind: "rm-r", a: pick(r, dbs), shape: "drop-db"}, true
 	}
 	return xop{}, false
 }
