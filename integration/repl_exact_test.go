@@ -646,8 +646,8 @@ func (g *exactGen) try() (xop, bool) {
 		if to := g.fresh(pick(r, tables), exactParts...); to != "" && len(parts) > 0 {
 			return xop{kind: "mv", a: pick(r, parts), b: to, shape: "mv-partition"}, true
 		}
-	case k < 86: // a directory renamed onto an existing empty one of its level
-		level := pick(r, [][]string{parts, parts, tables, dbs})
+	case k < 86: // a directory renamed onto an existing empty one of its level (or a partition and a table, either way)
+		level := pick(r, [][]string{parts, parts, tables, dbs, append(slices.Clip(parts), tables...)})
 		var empty []string
 		for _, p := range level {
 			if x.emptyDir(p) {
