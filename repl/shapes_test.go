@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -101,5 +103,50 @@ func TestBootstrapSymlinks(t *testing.T) {
 			mustLoad(t, out, target, s.fetcher())
 			checkTarget(t, s, target, last)
 		})
+	}
+}
+
+// TestCatalogFormat1Rebuilt opens a catalog written in format 1 (which
+// left symlinks out): it is emptied, and the next Update walks the tree
+// again, symlinks included.
+func TestCatalogFormat1Rebuilt(t *testing.T) {
+	s := newSource(t)
+	s.mkdir("top")
+	if err := os.Symlink("x", s.abs("top/l")); err != nil {
+		t.Fatal(err)
+	}
+	s.emit(&journal.Event{Type: journal.Symlink, Path: "top/l", Target: "x"})
+	p := filepath.Join(t.TempDir(), CatalogFile)
+	c, err := OpenCatalog(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := LocalTree{Root: s.root, Exclude: []string{".cmfs"}}
+	if _, err := c.Update(t.Context(), &s.ev, tree); err != nil {
+		t.Fatal(err)
+	}
+	// As a format-1 catalog held it: no symlink, version 1.
+	err = c.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(catTree).Delete([]byte("top/l")); err != nil {
+			return err
+		}
+		return tx.Bucket(catMeta).Put(metaVersion, []byte("1"))
+	})
+	c.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err = OpenCatalog(p); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, built, err := c.At(); err != nil || built {
+		t.Fatalf("format-1 catalog reopened: built %v, %v; want it emptied", built, err)
+	}
+	if _, err := c.Update(t.Context(), &s.ev, tree); err != nil {
+		t.Fatal(err)
+	}
+	if d := diffTrees(catalogTree(t, c), s.states[len(s.states)-1]); d != "" {
+		t.Fatalf("rebuilt catalog differs from the source:\n%s", d)
 	}
 }
