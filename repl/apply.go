@@ -230,11 +230,17 @@ func (l *loader) rename(e *journal.Event, adds []journal.File) (bool, error) {
 			return false, err
 		}
 		return true, unix.Renameat2(unix.AT_FDCWD, oldAbs, unix.AT_FDCWD, newAbs, unix.RENAME_EXCHANGE)
+	case oldErr == nil && l.fuzzy && isDir(newAbs):
+		// Both ends exist in a tree that raced with the walk: the
+		// destination directory is the newer state.
+		return false, os.RemoveAll(oldAbs)
 	case oldErr == nil:
 		if err := l.mkdirs(path.Dir(e.NewPath)); err != nil && path.Dir(e.NewPath) != "." {
 			return false, err
 		}
-		err := os.Rename(oldAbs, newAbs)
+		// rename(2) itself: it replaces an empty directory, which
+		// os.Rename refuses whenever the new name is a directory.
+		err := rename(oldAbs, newAbs)
 		if err != nil && l.fuzzy && newErr == nil {
 			// Both ends exist in a tree that raced with the walk: the
 			// destination is the newer state.
@@ -295,11 +301,33 @@ func (l *loader) symlink(rel, target string) error {
 	if err := os.Symlink(target, tmp); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, p); err != nil {
+	err = os.Rename(tmp, p)
+	if err != nil && l.fuzzy {
+		// A directory where the symlink goes, in a tree that raced: the
+		// symlink is the state the event describes.
+		if err = os.RemoveAll(p); err == nil {
+			err = os.Rename(tmp, p)
+		}
+	}
+	if err != nil {
 		os.Remove(tmp)
 		return err
 	}
 	return nil // durable with the next state (writeState)
+}
+
+func isDir(p string) bool {
+	fi, err := os.Lstat(p)
+	return err == nil && fi.IsDir()
+}
+
+// rename is rename(2): newAbs, if it exists, is replaced — a file by
+// anything but a directory, an empty directory by a directory.
+func rename(oldAbs, newAbs string) error {
+	if err := unix.Renameat2(unix.AT_FDCWD, oldAbs, unix.AT_FDCWD, newAbs, 0); err != nil {
+		return &os.LinkError{Op: "rename", Old: oldAbs, New: newAbs, Err: err}
+	}
+	return nil
 }
 
 // holds says whether the target already has f's content at f.Path.
@@ -374,7 +402,10 @@ const copyBuf = 1 << 20
 // fetchTo fetches f's content, new in event (0: a BOOTSTRAP), into a new
 // staging file and returns its name once size and xxh64 are verified. A
 // live file that changed under the read is fetched again from cmroot,
-// where its original is by then. The staging file is removed on error.
+// where its original is by then; so is one whose path the fetcher refuses
+// to follow (a symlink leading out of the warehouse took the file's name
+// since: the path is clean, checkRel saw to that). The staging file is
+// removed on error.
 func (l *loader) fetchTo(ctx context.Context, f journal.File, event uint64, buf []byte) (string, error) {
 	tmp, err := os.CreateTemp(l.staging, "f-*")
 	if err != nil {
@@ -385,10 +416,15 @@ func (l *loader) fetchTo(ctx context.Context, f journal.File, event uint64, buf 
 			ctx = WithEvent(ctx, event)
 		}
 		err = l.stage(ctx, tmp, f, buf)
-		if f.CM == "" && (errors.Is(err, ErrStale) || errors.Is(err, ErrChecksum)) {
+		unsafe := errors.Is(err, ErrUnsafePath)
+		if f.CM == "" && (unsafe || errors.Is(err, ErrStale) || errors.Is(err, ErrChecksum)) {
 			retry := f
 			retry.CM = CMName(f)
-			err = l.stage(ctx, tmp, retry, buf)
+			if rerr := l.stage(ctx, tmp, retry, buf); rerr == nil || !unsafe {
+				err = rerr
+			} else {
+				err = fmt.Errorf("%w; and %w", err, rerr)
+			}
 		}
 	}
 	if err == nil {

@@ -24,6 +24,7 @@ type unit struct {
 	partitioned     bool // a table with partition directories
 	files           []journal.File
 	dirs            []string
+	symlinks        []Entry
 }
 
 // UnitMetadata is the _metadata of a database, table or partition
@@ -128,11 +129,12 @@ func dumpBootstrap(ctx context.Context, events Events, out string, opts DumpOpti
 	// directory, not per file.
 	var lastDir string
 	var lastUnit *unit // nil: the directory's files are filtered out
-	err = tree.Walk(ctx, func(p string, isDir bool, size int64, sum string) error {
+	err = tree.Walk(ctx, func(e Entry) error {
+		p := e.Path
 		if err := checkRel(p); err != nil {
 			return err
 		}
-		if isDir {
+		if e.Kind == EntryDir {
 			loc := journal.Locate(p)
 			if !opts.keeps(loc.DB, loc.Table) || loc.Level == journal.Outside && opts.DB != "" {
 				return nil
@@ -155,7 +157,11 @@ func dumpBootstrap(ctx context.Context, events Events, out string, opts DumpOpti
 			return nil
 		}
 		u := lastUnit
-		u.files = append(u.files, journal.File{Path: p, Size: size, XXH64: sum})
+		if e.Kind == EntrySymlink {
+			u.symlinks = append(u.symlinks, e)
+			return nil
+		}
+		u.files = append(u.files, journal.File{Path: p, Size: e.Size, XXH64: e.XXH64})
 		res.Files++
 		return nil
 	})
@@ -212,7 +218,15 @@ func writeUnit(out string, u *unit) error {
 	for _, f := range u.files {
 		b = AppendFile(b, f)
 	}
-	return os.WriteFile(filepath.Join(dir, filesFile), b, 0o644)
+	if err := os.WriteFile(filepath.Join(dir, filesFile), b, 0o644); err != nil {
+		return err
+	}
+	sort.Slice(u.symlinks, func(i, j int) bool { return u.symlinks[i].Path < u.symlinks[j].Path })
+	b = b[:0]
+	for _, l := range u.symlinks {
+		b = AppendSymlink(b, l.Path, l.Target)
+	}
+	return os.WriteFile(filepath.Join(dir, symlinksFile), b, 0o644)
 }
 
 // clearDir removes everything inside dir.

@@ -15,9 +15,9 @@ import (
 	"github.com/cmfs-project/cmfs/journal"
 )
 
-// A Catalog is the source tree as of one journal event: every directory
-// and regular file below the warehouse root, a file with its size and
-// xxh64. It plays the part Hive's metastore plays in a bootstrap: the
+// A Catalog is the source tree as of one journal event: every directory,
+// regular file and symlink below the warehouse root, a file with its size
+// and xxh64, a symlink with its target. It plays the part Hive's metastore plays in a bootstrap: the
 // names and checksums come from it, not from reading the warehouse, so a
 // BOOTSTRAP costs a scan of the catalog instead of reading and hashing
 // every file, and it is exact: the tree as it stood right after the
@@ -54,7 +54,10 @@ var (
 	metaVersion = []byte("version") // format version
 )
 
-const catalogVersion = "1"
+// catalogVersion is the catalog's format. Version 1 left symlinks out;
+// a catalog of an older version is emptied when opened and built again
+// by the next Update.
+const catalogVersion = "2"
 
 // catalogBatch is how many events one Update transaction applies.
 const catalogBatch = 10_000
@@ -81,6 +84,8 @@ func OpenCatalog(path string) (*Catalog, error) {
 		switch v := m.Get(metaVersion); {
 		case v == nil:
 			return m.Put(metaVersion, []byte(catalogVersion))
+		case string(v) == "1":
+			return resetCatalog(tx)
 		case string(v) != catalogVersion:
 			return fmt.Errorf("format version %q, this replicad reads %q", v, catalogVersion)
 		}
@@ -91,6 +96,24 @@ func OpenCatalog(path string) (*Catalog, error) {
 		return nil, fmt.Errorf("catalog %s: %w", path, err)
 	}
 	return &Catalog{db: db}, nil
+}
+
+// resetCatalog empties a catalog of an older format, so that the next
+// Update builds it again; the origin is kept, it checks the same journal.
+func resetCatalog(tx *bolt.Tx) error {
+	if err := tx.DeleteBucket(catTree); err != nil {
+		return err
+	}
+	if _, err := tx.CreateBucket(catTree); err != nil {
+		return err
+	}
+	m := tx.Bucket(catMeta)
+	for _, k := range [][]byte{metaAt, metaFuzzy, metaSeeded} {
+		if err := m.Delete(k); err != nil {
+			return err
+		}
+	}
+	return m.Put(metaVersion, []byte(catalogVersion))
 }
 
 // Close closes the catalog.
@@ -239,18 +262,16 @@ func (c *Catalog) walkInto(ctx context.Context, tree Tree) error {
 		batch = catalogWalkBatch
 	}
 	n := 0
-	err = tree.Walk(ctx, func(p string, isDir bool, size int64, sum string) error {
-		if err := checkRel(p); err != nil {
+	err = tree.Walk(ctx, func(e Entry) error {
+		if err := checkRel(e.Path); err != nil {
 			return err
 		}
-		v := dirEntry
-		if !isDir {
-			if v, err = fileEntry(size, sum); err != nil {
-				return fmt.Errorf("%s: %w", p, err)
-			}
+		v, err := entryValue(e)
+		if err != nil {
+			return fmt.Errorf("%s: %w", e.Path, err)
 		}
 		b.FillPercent = 0.9 // the walk yields paths nearly in order
-		if err := b.Put([]byte(p), v); err != nil {
+		if err := b.Put([]byte(e.Path), v); err != nil {
 			return err
 		}
 		if n++; n%batch == 0 {
@@ -272,7 +293,7 @@ func (c *Catalog) walkInto(ctx context.Context, tree Tree) error {
 
 // Walk implements Tree: the catalog's tree at At, in byte order of the
 // paths, from one read transaction (an Update waits for it).
-func (c *Catalog) Walk(ctx context.Context, fn func(path string, isDir bool, size int64, xxh64 string) error) error {
+func (c *Catalog) Walk(ctx context.Context, fn func(Entry) error) error {
 	return c.db.View(func(tx *bolt.Tx) error {
 		cur := tx.Bucket(catTree).Cursor()
 		n := 0
@@ -282,11 +303,12 @@ func (c *Catalog) Walk(ctx context.Context, fn func(path string, isDir bool, siz
 					return err
 				}
 			}
-			isDir, size, sum, err := parseEntry(v)
+			e, err := parseEntry(v)
 			if err != nil {
 				return fmt.Errorf("catalog entry %q: %w", k, err)
 			}
-			if err := fn(string(k), isDir, size, sum); err != nil {
+			e.Path = string(k)
+			if err := fn(e); err != nil {
 				return err
 			}
 		}
@@ -297,8 +319,28 @@ func (c *Catalog) Walk(ctx context.Context, fn func(path string, isDir bool, siz
 var _ Tree = (*Catalog)(nil)
 
 // Entries: "d" for a directory, "f" + size + xxh64 (big endian) for a
-// file.
+// file, "l" + target for a symlink.
 var dirEntry = []byte{'d'}
+
+// entryValue is e's catalog entry.
+func entryValue(e Entry) ([]byte, error) {
+	switch e.Kind {
+	case EntryDir:
+		return dirEntry, nil
+	case EntryFile:
+		return fileEntry(e.Size, e.XXH64)
+	case EntrySymlink:
+		return symlinkEntry(e.Target)
+	}
+	return nil, fmt.Errorf("entry kind %d: %w", e.Kind, ErrFormat)
+}
+
+func symlinkEntry(target string) ([]byte, error) {
+	if target == "" {
+		return nil, fmt.Errorf("symlink without a target: %w", ErrFormat)
+	}
+	return append([]byte{'l'}, target...), nil
+}
 
 func fileEntry(size int64, sum string) ([]byte, error) {
 	s, err := strconv.ParseUint(sum, 16, 64)
@@ -312,14 +354,17 @@ func fileEntry(size int64, sum string) ([]byte, error) {
 	return v, nil
 }
 
-func parseEntry(v []byte) (isDir bool, size int64, sum string, err error) {
+// parseEntry parses a catalog entry; the path is the caller's.
+func parseEntry(v []byte) (Entry, error) {
 	switch {
 	case len(v) == 1 && v[0] == 'd':
-		return true, 0, "", nil
+		return Entry{Kind: EntryDir}, nil
 	case len(v) == 17 && v[0] == 'f':
-		return false, int64(binary.BigEndian.Uint64(v[1:])), journal.FormatSum(binary.BigEndian.Uint64(v[9:])), nil
+		return Entry{Kind: EntryFile, Size: int64(binary.BigEndian.Uint64(v[1:])), XXH64: journal.FormatSum(binary.BigEndian.Uint64(v[9:]))}, nil
+	case len(v) > 1 && v[0] == 'l':
+		return Entry{Kind: EntrySymlink, Target: string(v[1:])}, nil
 	}
-	return false, 0, "", fmt.Errorf("mangled (%d bytes): %w", len(v), ErrFormat)
+	return Entry{}, fmt.Errorf("mangled (%d bytes): %w", len(v), ErrFormat)
 }
 
 func getUint(b *bolt.Bucket, k []byte) uint64 {
@@ -358,7 +403,7 @@ func (a catApplier) apply(e *journal.Event) error {
 			}
 		}
 	case journal.Symlink:
-		// Not part of a BOOTSTRAP (as a walk skips them).
+		err = a.symlink(e.Path, e.Target)
 	default:
 		err = fmt.Errorf("unknown event type %q: %w", e.Type, ErrFormat)
 	}
@@ -384,6 +429,22 @@ func (a catApplier) apply(e *journal.Event) error {
 		}
 	}
 	return nil
+}
+
+// symlink records rel as a symlink to target, in place of whatever was
+// there (in a raced tree).
+func (a catApplier) symlink(rel, target string) error {
+	v, err := symlinkEntry(target)
+	if err != nil {
+		return err
+	}
+	if err := a.mkdirs(path.Dir(rel)); err != nil {
+		return err
+	}
+	if err := a.removeAll(rel); err != nil {
+		return err
+	}
+	return a.b.Put([]byte(rel), v)
 }
 
 // mkdirs records rel and the directories above it.
@@ -454,10 +515,11 @@ func (a catApplier) putSubtree(rel string, m map[string][]byte) error {
 	return nil
 }
 
-// rename moves (or exchanges) what Path names to NewPath. Inside the
-// window that raced with the first walk, where both ends may show, the
-// destination holds the newer state: a directory that is there already
-// stays, and the source goes.
+// rename moves (or exchanges) what Path names to NewPath, replacing what
+// NewPath names, as rename(2) does (an empty directory included). Inside
+// the window that raced with the first walk, where both ends may show,
+// the destination holds the newer state: a directory that is there
+// already stays, and the source goes (as in a load).
 func (a catApplier) rename(e *journal.Event, fuzzy bool) error {
 	if err := checkRel(e.NewPath); err != nil {
 		return err
@@ -501,6 +563,6 @@ func (a catApplier) rename(e *journal.Event, fuzzy bool) error {
 func isDirEntry(v []byte) bool { return bytes.Equal(v, dirEntry) }
 
 func holdsFile(v []byte, f journal.File) bool {
-	isDir, size, sum, err := parseEntry(v)
-	return err == nil && !isDir && size == f.Size && sum == f.XXH64
+	e, err := parseEntry(v)
+	return err == nil && e.Kind == EntryFile && e.Size == f.Size && e.XXH64 == f.XXH64
 }

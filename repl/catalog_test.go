@@ -29,11 +29,14 @@ func openCatalog(t *testing.T) *Catalog {
 func catalogTree(t *testing.T, c *Catalog) map[string]string {
 	t.Helper()
 	m := map[string]string{}
-	err := c.Walk(context.Background(), func(p string, isDir bool, size int64, sum string) error {
-		if isDir {
-			m[p] = "dir"
-		} else {
-			m[p] = fmt.Sprintf("file:%d:%s", size, sum)
+	err := c.Walk(context.Background(), func(e Entry) error {
+		switch e.Kind {
+		case EntryDir:
+			m[e.Path] = "dir"
+		case EntrySymlink:
+			m[e.Path] = "link:" + e.Target
+		default:
+			m[e.Path] = fmt.Sprintf("file:%d:%s", e.Size, e.XXH64)
 		}
 		return nil
 	})

@@ -53,14 +53,20 @@
 //	                                  escaped path per line, so empty tables
 //	                                  and partitions replicate
 //	<unit>/_files                     the unit's files (CM always empty)
-//	_outside/_dirs, _outside/_files   everything outside the warehouse layout
+//	<unit>/_symlinks                  the unit's symlinks: one
+//	                                  <path>#<target> line each, both
+//	                                  escaped as in _files lines
+//	_outside/_dirs, _outside/_files,  everything outside the warehouse layout
+//	_outside/_symlinks
 //
 // A database unit holds the <db>.db directory and files directly in it; a
 // table unit its table directory and the files and data directories not
 // below a partition; a partition unit (every k=v level is one) its
 // directory and everything below it that is not a deeper partition. A
-// unit's _dirs and _files are always written, possibly empty. LocalTree
-// lists directories and regular files only (symlinks are left out).
+// unit's _dirs, _files and _symlinks are always written, possibly empty
+// (a dump written before _symlinks existed has none, and no symlinks).
+// A BOOTSTRAP carries every kind of entry an INCREMENTAL carries:
+// directories, files and symlinks (with their targets, never followed).
 //
 // # _files lines
 //
@@ -100,6 +106,8 @@
 //
 // # Caveats
 //
+// A rename is applied as rename(2) applies it, an empty directory at the
+// new name replaced (os.Rename would refuse it).
 // Events in (to, walk_end] of the BOOTSTRAP a target started from raced
 // with the walk; they are applied tolerantly (content found nowhere is
 // skipped and counted in LoadResult.Missing; a rename whose both ends

@@ -259,3 +259,65 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// symlinksFile lists a BOOTSTRAP unit's symlinks.
+const symlinksFile = "_symlinks"
+
+// AppendSymlink appends one _symlinks line, newline included: the
+// symlink's path and its target, both escaped, separated by '#'.
+func AppendSymlink(buf []byte, p, target string) []byte {
+	buf = append(buf, Escape(p)...)
+	buf = append(buf, '#')
+	buf = append(buf, Escape(target)...)
+	return append(buf, '\n')
+}
+
+// ParseSymlinks reads a _symlinks listing into entries of kind
+// EntrySymlink. An error names the line and wraps ErrFormat.
+func ParseSymlinks(r io.Reader) ([]Entry, error) {
+	var out []Entry
+	err := scanLines(r, func(n int, line string) error {
+		e, err := parseSymlink(line)
+		if err != nil {
+			return fmt.Errorf("line %d %q: %v: %w", n, clip(line), err, ErrFormat)
+		}
+		out = append(out, e)
+		return nil
+	})
+	return out, err
+}
+
+func parseSymlink(line string) (Entry, error) {
+	fields := strings.Split(line, "#")
+	if len(fields) != 2 {
+		return Entry{}, fmt.Errorf("%d fields, want 2 (path#target)", len(fields))
+	}
+	p, err := Unescape(fields[0])
+	if err != nil {
+		return Entry{}, fmt.Errorf("path: %w", err)
+	}
+	if err := checkRel(p); err != nil {
+		return Entry{}, err
+	}
+	target, err := Unescape(fields[1])
+	if err != nil {
+		return Entry{}, fmt.Errorf("target: %w", err)
+	}
+	if target == "" || strings.IndexByte(target, 0) >= 0 {
+		return Entry{}, fmt.Errorf("bad symlink target %q", target)
+	}
+	return Entry{Path: p, Kind: EntrySymlink, Target: target}, nil
+}
+
+// readSymlinks reads the _symlinks listing at path; errors name the file.
+func readSymlinks(path string) ([]Entry, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	links, err := ParseSymlinks(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return links, nil
+}

@@ -82,9 +82,9 @@ func TestLoadLinkedNames(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := map[string]string{}
-		err = cat.Walk(t.Context(), func(p string, isDir bool, size int64, sum string) error {
-			if !isDir {
-				got[p] = sum
+		err = cat.Walk(t.Context(), func(e Entry) error {
+			if e.Kind == EntryFile {
+				got[e.Path] = e.XXH64
 			}
 			return nil
 		})

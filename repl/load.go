@@ -272,7 +272,8 @@ func sameFiles(a, b []journal.File) bool {
 	return true
 }
 
-// bootstrap loads a BOOTSTRAP dump: every directory and file it lists.
+// bootstrap loads a BOOTSTRAP dump: every directory, file and symlink it
+// lists.
 func (l *loader) bootstrap(dumpDir string, md Metadata, fin Finished, st State, found bool, fetchers int) error {
 	ident := md.Created.Format(time.RFC3339Nano) + "/" + md.Source + "/" + fmt.Sprint(md.To)
 	switch {
@@ -303,6 +304,7 @@ func (l *loader) bootstrap(dumpDir string, md Metadata, fin Finished, st State, 
 	defer os.RemoveAll(l.staging)
 	var dirs []string
 	var files []journal.File
+	var links []Entry
 	err := filepath.WalkDir(dumpDir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -315,6 +317,10 @@ func (l *loader) bootstrap(dumpDir string, md Metadata, fin Finished, st State, 
 		case filesFile:
 			fs, err := ReadFiles(p)
 			files = append(files, fs...)
+			return err
+		case symlinksFile:
+			ls, err := readSymlinks(p)
+			links = append(links, ls...)
 			return err
 		}
 		return nil
@@ -348,6 +354,11 @@ func (l *loader) bootstrap(dumpDir string, md Metadata, fin Finished, st State, 
 			return err
 		}
 		if err := l.put(s.adds[0], s.jobs[0]); err != nil {
+			return err
+		}
+	}
+	for _, e := range links {
+		if err := l.symlink(e.Path, e.Target); err != nil {
 			return err
 		}
 	}

@@ -240,7 +240,7 @@ type raceTree struct {
 	during func()
 }
 
-func (r raceTree) Walk(ctx context.Context, fn func(string, bool, int64, string) error) error {
+func (r raceTree) Walk(ctx context.Context, fn func(Entry) error) error {
 	r.during()
 	return r.Tree.Walk(ctx, fn)
 }

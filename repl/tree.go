@@ -20,19 +20,39 @@ import (
 
 // Tree is the current source tree, as a BOOTSTRAP dump lists it.
 type Tree interface {
-	// Walk calls fn, one call at a time, for every directory and regular
-	// file below the root (not the root itself), with its slash-separated
-	// path relative to the root; size and xxh64 are those of a file.
-	// fn's error stops the walk and is returned.
-	Walk(ctx context.Context, fn func(path string, isDir bool, size int64, xxh64 string) error) error
+	// Walk calls fn, one call at a time, for every directory, regular
+	// file and symlink below the root (not the root itself): every kind
+	// of entry an INCREMENTAL dump carries. fn's error stops the walk and
+	// is returned.
+	Walk(ctx context.Context, fn func(Entry) error) error
+}
+
+// EntryKind says what an Entry is.
+type EntryKind uint8
+
+// Entry kinds.
+const (
+	EntryDir EntryKind = iota + 1
+	EntryFile
+	EntrySymlink
+)
+
+// Entry is one directory, file or symlink of a Tree.
+type Entry struct {
+	Path   string // slash-separated, relative to the root
+	Kind   EntryKind
+	Size   int64  // a file's
+	XXH64  string // a file's
+	Target string // a symlink's, as readlink(2) returns it
 }
 
 // LocalTree walks a directory on this machine and hashes every file.
 // It leaves out cmfs's state directory (.cmfs), the names a replica keeps
 // at its root (.replstate, .repl-staging), every path with a component
 // matching one of the Exclude globs (path.Match syntax, as cmfs mount
-// --exclude), and everything that is not a directory or a regular file
-// (symlinks, devices: a known limit of BOOTSTRAP).
+// --exclude), and everything that is not a directory, a regular file or a
+// symlink (devices, fifos, sockets: cmfs journals none of them). A
+// symlink is listed with its target, never followed.
 type LocalTree struct {
 	Root    string
 	Exclude []string
@@ -60,16 +80,13 @@ func (t LocalTree) excluded(rel string) bool {
 }
 
 type hashed struct {
-	rel   string
-	size  int64
-	sum   string
-	isDir bool
-	err   error
+	Entry
+	err error
 }
 
 // Walk implements Tree. Files are hashed by a pool of workers; fn is
 // called from Walk's goroutine only.
-func (t LocalTree) Walk(ctx context.Context, fn func(path string, isDir bool, size int64, xxh64 string) error) error {
+func (t LocalTree) Walk(ctx context.Context, fn func(Entry) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	workers := t.Workers
@@ -87,7 +104,7 @@ func (t LocalTree) Walk(ctx context.Context, fn func(path string, isDir bool, si
 			for rel := range jobs {
 				size, sum, err := hashFile(filepath.Join(t.Root, filepath.FromSlash(rel)), buf)
 				select {
-				case results <- hashed{rel: rel, size: size, sum: sum, err: err}:
+				case results <- hashed{Entry: Entry{Path: rel, Kind: EntryFile, Size: size, XXH64: sum}, err: err}:
 				case <-ctx.Done():
 				}
 			}
@@ -117,7 +134,10 @@ func (t LocalTree) Walk(ctx context.Context, fn func(path string, isDir bool, si
 			var msg hashed
 			switch {
 			case d.IsDir():
-				msg = hashed{rel: rel, isDir: true}
+				msg = hashed{Entry: Entry{Path: rel, Kind: EntryDir}}
+			case d.Type()&fs.ModeSymlink != 0:
+				target, err := os.Readlink(p)
+				msg = hashed{Entry: Entry{Path: rel, Kind: EntrySymlink, Target: target}, err: err}
 			case d.Type().IsRegular():
 				select {
 				case jobs <- rel:
@@ -149,9 +169,9 @@ func (t LocalTree) Walk(ctx context.Context, fn func(path string, isDir bool, si
 		case errors.Is(r.err, os.ErrNotExist):
 			// Deleted during the walk: the events after the pin replay it.
 		case r.err != nil:
-			err = fmt.Errorf("walk %s: %w", r.rel, r.err)
+			err = fmt.Errorf("walk %s: %w", r.Path, r.err)
 		default:
-			err = fn(r.rel, r.isDir, r.size, r.sum)
+			err = fn(r.Entry)
 		}
 		if err != nil {
 			cancel()

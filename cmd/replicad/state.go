@@ -148,14 +148,14 @@ type skipTree struct {
 	skip []string
 }
 
-func (t skipTree) Walk(ctx context.Context, fn func(path string, isDir bool, size int64, xxh64 string) error) error {
-	return t.Tree.Walk(ctx, func(p string, isDir bool, size int64, sum string) error {
+func (t skipTree) Walk(ctx context.Context, fn func(repl.Entry) error) error {
+	return t.Tree.Walk(ctx, func(e repl.Entry) error {
 		for _, s := range t.skip {
-			if p == s || strings.HasPrefix(p, s+"/") {
+			if e.Path == s || strings.HasPrefix(e.Path, s+"/") {
 				return nil
 			}
 		}
-		return fn(p, isDir, size, sum)
+		return fn(e)
 	})
 }
 
