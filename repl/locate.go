@@ -11,6 +11,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/cmfs-project/cmfs/internal/backoff"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -91,7 +92,7 @@ const (
 func Locate(ctx context.Context, p Places, f journal.File, after uint64, skipPath bool) (*os.File, Where, error) {
 	sleep, now := p.Sleep, p.Now
 	if sleep == nil {
-		sleep = sleepCtx
+		sleep = backoff.Sleep
 	}
 	if now == nil {
 		now = time.Now
@@ -201,16 +202,4 @@ func matchLive(live func(string, int64) (*os.File, error), rel string, f journal
 		return nil
 	}
 	return file
-}
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
