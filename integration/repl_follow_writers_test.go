@@ -2,11 +2,16 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -139,7 +144,8 @@ func TestFollowWriters(t *testing.T) {
 
 // TestFollowSourceRestart kills the source's `replicad serve` while follow
 // loads and writers write, and starts it again on the same address: follow
-// keeps going and catches up.
+// keeps going, says it is retrying (stderr, status, metrics) while the
+// source is away, and catches up.
 func TestFollowSourceRestart(t *testing.T) {
 	replicadPath(t)
 	m := mount(t)
@@ -149,16 +155,27 @@ func TestFollowSourceRestart(t *testing.T) {
 	}
 	srv := serve(t, m.State)
 	target := filepath.Join(t.TempDir(), "target")
-	follow := startProc(t, replicadPath(t), "follow", "--source", srv.Addr, "--target", target, "--interval", "100ms")
+	follow := startProc(t, replicadPath(t), "follow", "--source", srv.Addr, "--target", target, "--interval", "100ms", "--metrics", "127.0.0.1:0")
 	d := writeDuration(t)
 	done := make(chan error, 1)
 	go func() { done <- runWriters(m.path(part), d) }()
 	time.Sleep(d / 3) // mid-follow: let it load some first
 	srv.kill()
-	if follow.exited() {
-		t.Fatalf("follow exited with the source: %v", follow.res)
+	waitFor(t, 20*time.Second, "status to say follow is retrying", func() bool {
+		var st struct {
+			Follow *struct {
+				State    string `json:"state"`
+				Running  bool   `json:"running"`
+				Failures int    `json:"failures"`
+			} `json:"follow"`
+		}
+		res := replicad(t, "status", "--target", target, "--json")
+		return res.Code == 0 && json.Unmarshal([]byte(res.Stdout), &st) == nil &&
+			st.Follow != nil && st.Follow.State == "retrying" && st.Follow.Running && st.Follow.Failures > 0
+	})
+	if got := followMetric(t, follow, "replicad_follow_consecutive_failures"); got == "0" {
+		t.Errorf("replicad_follow_consecutive_failures %s while the source is away", got)
 	}
-	time.Sleep(d / 3)
 	if _, err := serveAt(t, m.State, srv.Addr, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -166,4 +183,38 @@ func TestFollowSourceRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitFollow(t, "after the source restarted", m, target, follow, 2*time.Minute)
+	if e := follow.stderrNow(); !strings.Contains(e, "retrying in") || !strings.Contains(e, "succeeded after") {
+		t.Errorf("follow's stderr does not say it retried and recovered:\n%s", e)
+	}
+	if got := followMetric(t, follow, "replicad_follow_consecutive_failures"); got != "0" {
+		t.Errorf("replicad_follow_consecutive_failures %s after catching up, want 0", got)
+	}
+	if got := followMetric(t, follow, "replicad_follow_errors_total"); got == "0" {
+		t.Errorf("replicad_follow_errors_total %s after an outage", got)
+	}
+	t.Logf("follow stderr:\n%s", follow.stderrNow())
+}
+
+// followMetric scrapes follow's --metrics and returns the value of name.
+func followMetric(t *testing.T, follow *proc, name string) string {
+	t.Helper()
+	b, _ := os.ReadFile(follow.stdout)
+	addr := regexp.MustCompile(`metrics on http://(\S+)/metrics`).FindStringSubmatch(string(b))
+	if addr == nil {
+		t.Fatalf("follow did not say where its metrics are: %q", b)
+	}
+	resp, err := http.Get("http://" + addr[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(string(body))
+	if v == nil {
+		t.Fatalf("/metrics has no %s:\n%s", name, body)
+	}
+	return v[1]
 }
