@@ -118,7 +118,10 @@
 // file in place, so such links never carry a later change along.
 // Content that a later event renamed away (renames preserve nothing in
 // cmroot) is looked for under the names later RENAME and LINK events gave
-// it (LocalFetcher.Moved; the source service does the same). Mode, owner and
+// it, in journal order, then in cmroot, where it ends when overwritten or
+// deleted: the order content moves in, so a lookup cannot miss content
+// that moves while it looks (Locate, used by LocalFetcher and the source
+// service; locate.go says why). Mode, owner and
 // times are not replicated: files are 0644, directories 0755. An exchange
 // rename of two directories applied twice (a crash between the rename and
 // the state update) swaps them back.

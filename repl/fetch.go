@@ -63,10 +63,12 @@ type FetchStats struct {
 type LocalFetcher struct {
 	Root   string // the warehouse root (a cmfs backing directory or mountpoint)
 	CMRoot string // the cmroot directory
-	// Events, if set, lets Fetch follow renames: content found neither at
-	// its path nor in cmroot is looked for where later RENAME*, LINK
-	// events moved that path (renames preserve nothing in cmroot). The
-	// search starts after the event WithEvent put in the context.
+	// Events, if set, lets Fetch follow content that moves: content found
+	// neither at its path nor in cmroot is chased (Locate) along the
+	// names later RENAME*, LINK events gave that path (renames preserve
+	// nothing in cmroot) and into cmroot, in the order it moves. The
+	// search starts after the event WithEvent put in the context; without
+	// one it is not made.
 	Events Events
 
 	files, bytes, cm, stale atomic.Int64
@@ -88,49 +90,66 @@ func (l *LocalFetcher) Fetch(ctx context.Context, f journal.File) (io.ReadCloser
 		return nil, fmt.Errorf("fetch %s: bad size %d or xxh64 %q", f.Path, f.Size, f.XXH64)
 	}
 	if f.CM == "" {
-		if err := checkRel(f.Path); err != nil {
+		// The fast path: the live file, read once and checked as it is
+		// delivered.
+		file, err := l.openLive(f.Path, f.Size)
+		if err != nil {
 			return nil, fmt.Errorf("fetch %s: %w", f.Path, err)
 		}
-		if first, _, _ := strings.Cut(f.Path, "/"); first == stateDirName {
-			return nil, fmt.Errorf("fetch %s: the state directory is not served: %w", f.Path, ErrUnsafePath)
+		if file != nil {
+			l.files.Add(1)
+			return l.reader(file, f, true), nil
 		}
-		file, err := openBeneath(l.Root, f.Path)
-		switch {
-		case errors.Is(err, ErrUnsafePath):
-			return nil, fmt.Errorf("fetch %s: %w", f.Path, err)
-		case err == nil:
-			fi, err := file.Stat()
-			if err == nil && fi.Mode().IsRegular() && fi.Size() == f.Size {
-				l.files.Add(1)
-				return l.reader(file, f, true), nil
-			}
-			file.Close()
-		}
-		// Gone, replaced, or of another size: the original is in cmroot.
+		// Gone, replaced, or of another size: moved on.
 	}
 	name := f.CM
 	if name == "" {
 		name = CMName(f)
 	}
 	file, err := l.openEntry(name)
-	if errors.Is(err, os.ErrNotExist) && f.Path != "" && l.Events != nil {
-		// Not in cmroot either — also when the loader asked for cmroot
-		// after a stale read: renamed away, the content may live on.
-		var moved *os.File
-		if moved, err = l.Moved(ctx, f); err == nil {
-			l.files.Add(1)
-			return l.reader(moved, f, true), nil
-		}
+	where := InCMRoot
+	if event, ok := EventOf(ctx); ok && errors.Is(err, os.ErrNotExist) && f.Path != "" && l.Events != nil && name == CMName(f) {
+		// Not in cmroot yet, also when the loader asked for cmroot after
+		// a stale read: chase it (Locate), the path skipped if it was read.
+		file, where, err = Locate(ctx, Places{Events: l.Events, Live: l.openLive, CMRoot: l.openEntry}, f, event, f.CM != "")
 	}
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("fetch %s (%d bytes, xxh64 %s): not at the path nor in cmroot as %s: %w", f.Path, f.Size, f.XXH64, name, ErrNoCopy)
+		return nil, fmt.Errorf("fetch %s (%d bytes, xxh64 %s): not at the path, nor where later renames took it, nor in cmroot as %s: %w", f.Path, f.Size, f.XXH64, name, ErrNoCopy)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: %w", f.Path, err)
 	}
 	l.files.Add(1)
+	if where == AtPath {
+		return l.reader(file, f, true), nil
+	}
 	l.cm.Add(1)
 	return l.reader(file, f, false), nil
+}
+
+// openLive opens the regular file at rel if it has size; nil and no error
+// when none is there. A path that is unsafe or in the state directory is
+// refused with ErrUnsafePath.
+func (l *LocalFetcher) openLive(rel string, size int64) (*os.File, error) {
+	if err := checkRel(rel); err != nil {
+		return nil, err
+	}
+	if first, _, _ := strings.Cut(rel, "/"); first == stateDirName {
+		return nil, fmt.Errorf("the state directory is not served: %w", ErrUnsafePath)
+	}
+	file, err := openBeneath(l.Root, rel)
+	if errors.Is(err, ErrUnsafePath) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, nil
+	}
+	fi, err := file.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != size {
+		file.Close()
+		return nil, nil
+	}
+	return file, nil
 }
 
 // openEntry opens a cmroot entry by name.
@@ -254,71 +273,5 @@ func EventOf(ctx context.Context) (uint64, bool) {
 	return id, ok
 }
 
-// maxFollow bounds how many paths a content may have moved to.
+// maxFollow bounds how many names Locate follows a content to.
 const maxFollow = 64
-
-// Moved finds the content f names under a later name: renames preserve
-// nothing in cmroot, so content a lagging replica needs may live on under
-// the name a later RENAME or LINK gave it. It follows those events after
-// the event in ctx (WithEvent) and returns the first candidate whose size
-// and checksum match, positioned at its start; os.ErrNotExist if none does
-// (or l has no Events).
-func (l *LocalFetcher) Moved(ctx context.Context, f journal.File) (*os.File, error) {
-	if l.Events == nil {
-		return nil, os.ErrNotExist
-	}
-	from, _ := EventOf(ctx)
-	last, err := l.Events.Last(ctx)
-	if err != nil || from >= last {
-		return nil, os.ErrNotExist
-	}
-	cands := []string{f.Path}
-	move := func(c, old, new string) {
-		if len(cands) < maxFollow && (c == old || strings.HasPrefix(c, old+"/")) {
-			cands = append(cands, new+c[len(old):])
-		}
-	}
-	err = l.Events.Range(ctx, from+1, last, func(e *journal.Event) error {
-		switch e.Type {
-		case journal.Rename, journal.RenameDatabase, journal.RenameTable, journal.RenamePartition, journal.Link:
-			for _, c := range cands {
-				move(c, e.Path, e.NewPath)
-				if e.Target == "exchange" {
-					move(c, e.NewPath, e.Path)
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	buf := make([]byte, 256<<10)
-	for i := len(cands) - 1; i > 0; i-- {
-		if checkRel(cands[i]) != nil {
-			continue
-		}
-		file, err := openBeneath(l.Root, cands[i])
-		if err != nil {
-			continue
-		}
-		fi, err := file.Stat()
-		if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size {
-			file.Close()
-			continue
-		}
-		h := xxhash.New()
-		n, err := io.CopyBuffer(h, file, buf)
-		l.bytes.Add(n)
-		if err != nil || journal.FormatSum(h.Sum64()) != f.XXH64 {
-			file.Close()
-			continue
-		}
-		if _, err := file.Seek(0, io.SeekStart); err != nil {
-			file.Close()
-			continue
-		}
-		return file, nil
-	}
-	return nil, os.ErrNotExist
-}

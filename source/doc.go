@@ -18,7 +18,33 @@
 // live bytes through instead, unhashed on both ends — the request says
 // no_checksum — for a caller that stages, verifies and retries itself: a
 // load.) A file with a cmroot name (f.CM) is a preserved original and is
-// read from cmroot only.
+// read from cmroot only, or — for content an event named at a path —
+// from wherever it has moved since (below).
+//
+// # Content that moves
+//
+// The content a request names can move while ReadFile looks for it: a
+// concurrent writer renames the file (mv -f .t1 part-1-0), then
+// overwrites or deletes it, which preserves it in cmroot. Content only
+// ever moves forward, in journal order: from the path along the names
+// later renames give it, into cmroot, where it stays until gc. When the
+// path and cmroot miss, and the request says which event named the file
+// (after_event), ReadFile chases it with repl.Locate, which looks in that
+// same order — the path, every later name in journal order, then cmroot
+// — so it cannot pass the content: whatever place the content is not at
+// when looked at, it is further on. (The lookup this replaces looked at
+// cmroot before the renamed names, and missed content moved from a name
+// into cmroot between the two looks: follow exited with "not at the
+// path, not in cmroot" for content that existed all along.) A pass that
+// finds nothing means the content is at a name the journal does not list
+// yet — cmfs moves first and journals right after — so Locate reads the
+// new events, looks at the new names and at cmroot again, and gives up
+// once the journal has been quiet for 250 ms (at most 2 s): the content
+// is gone (gc), or its move is not journaled yet, which the caller's
+// retry covers (follow retries a failed round with backoff). Files found
+// this way are read through and matched before they are served. A live
+// file that cmfs moved into cmroot between its open and the check of
+// where it lies is passed over, not refused: it is served from cmroot.
 //
 // What is served: regular files inside the warehouse root, and cmroot
 // entries named by checksum — nothing else. Refused: a path that is

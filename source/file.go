@@ -38,13 +38,17 @@ func (s *Server) ReadFile(req *replpb.ReadFileRequest, stream grpc.ServerStreami
 }
 
 // readFile sends the file req names: the live one when its size matches
-// and the client did not ask for cmroot, else the cmroot entry.
+// and the client did not ask for cmroot, else the cmroot entry, else —
+// for content an event named at a path — wherever it has moved since
+// (repl.Locate).
 func (s *Server) readFile(ctx context.Context, req *replpb.ReadFileRequest, send func(*replpb.Chunk) error) error {
 	rel, err := checkRequest(req)
 	if err != nil {
 		return err
 	}
-	// A file with a cmroot name is a preserved original: cmroot only.
+	// The fast path: the live file, streamed at once (the client checks
+	// it), unless the client read it already and found other bytes
+	// (prefer_cmroot), or it is a preserved original (a cmroot name).
 	if rel != "" && !req.PreferCmroot && req.Cm == "" {
 		f, err := s.openLive(rel, req.Size)
 		if err != nil {
@@ -56,33 +60,53 @@ func (s *Server) readFile(ctx context.Context, req *replpb.ReadFileRequest, send
 		}
 	}
 	name := cmroot.Name(req.Xxh64, req.Size)
-	entry, err := cmroot.EntryPath(s.cfg.CMRoot, name)
-	if err != nil {
+	if _, err := cmroot.EntryPath(s.cfg.CMRoot, name); err != nil {
 		return fmt.Errorf("cmroot entry %s: %w", name, ErrInvalid)
 	}
-	f, err := openEntry(entry)
+	f, err := s.openEntry(name)
+	from := fromCMRoot
 	if errors.Is(err, fs.ErrNotExist) && rel != "" && req.AfterEvent > 0 {
-		// Renamed away after the event: look where later renames put it.
+		// Not in cmroot yet: chase it along the renames after the event
+		// and into cmroot, in the order it moves.
 		want := journal.File{Path: rel, Size: req.Size, XXH64: req.Xxh64}
-		if moved, merr := s.moved.Moved(repl.WithEvent(ctx, req.AfterEvent), want); merr == nil {
-			defer moved.Close()
-			return sendFile(ctx, moved, req, fromLive, send)
+		skip := req.PreferCmroot || req.Cm != ""
+		var where repl.Where
+		f, where, err = repl.Locate(ctx, repl.Places{Events: serverEvents{s}, Live: s.openLive, CMRoot: s.openEntry}, want, req.AfterEvent, skip)
+		if where == repl.AtPath {
+			from = fromLive
 		}
 	}
 	if errors.Is(err, fs.ErrNotExist) {
+		chased := ""
+		if rel != "" && req.AfterEvent > 0 {
+			chased = fmt.Sprintf(", nor under a name renames after event %d gave it", req.AfterEvent)
+		}
 		switch {
 		case rel == "" || req.Cm != "":
-			return fmt.Errorf("no copy of %s with xxh64 %s (size %d): no cmroot entry %s: %w", rel, req.Xxh64, req.Size, name, ErrNotFound)
+			return fmt.Errorf("no copy of %s with xxh64 %s (size %d): no cmroot entry %s%s: %w", rel, req.Xxh64, req.Size, name, chased, ErrNotFound)
 		case req.PreferCmroot:
-			return fmt.Errorf("no copy of %s with xxh64 %s (size %d): the file at the path has changed, not in cmroot: %w", rel, req.Xxh64, req.Size, ErrNotFound)
+			return fmt.Errorf("no copy of %s with xxh64 %s (size %d): the file at the path has changed, not in cmroot%s: %w", rel, req.Xxh64, req.Size, chased, ErrNotFound)
 		}
-		return fmt.Errorf("no copy of %s with xxh64 %s (size %d): not at the path, not in cmroot: %w", rel, req.Xxh64, req.Size, ErrNotFound)
+		return fmt.Errorf("no copy of %s with xxh64 %s (size %d): not at the path, not in cmroot%s: %w", rel, req.Xxh64, req.Size, chased, ErrNotFound)
 	}
 	if err != nil {
-		return fmt.Errorf("cmroot entry %s: %w", name, err)
+		return fmt.Errorf("fetch %s (xxh64 %s, size %d): %w", rel, req.Xxh64, req.Size, err)
 	}
 	defer f.Close()
-	return sendFile(ctx, f, req, fromCMRoot, send)
+	return sendFile(ctx, f, req, from, send)
+}
+
+// openEntry opens cmroot entry name.
+func (s *Server) openEntry(name string) (*os.File, error) {
+	p, err := cmroot.EntryPath(s.cfg.CMRoot, name)
+	if err != nil {
+		return nil, fmt.Errorf("cmroot entry %s: %w", name, ErrInvalid)
+	}
+	f, err := openEntry(p)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("cmroot entry %s: %w", name, err)
+	}
+	return f, err
 }
 
 // checkRequest validates req and returns its path, cleaned ("" for none).
@@ -137,7 +161,7 @@ func (s *Server) openLive(rel string, size int64) (*os.File, error) {
 		}
 		return nil, fmt.Errorf("open %s: %w", rel, err)
 	}
-	if err := s.checkOpened(f, rel); err != nil {
+	if moved, err := s.checkOpened(f, rel); err != nil || moved {
 		f.Close()
 		return nil, err
 	}
@@ -170,15 +194,22 @@ func (s *Server) checkState(rel, p string) error {
 
 // checkOpened refuses an opened file that lies in a state directory, by
 // where the kernel says it is: a symlink inside the root may lead there.
-func (s *Server) checkOpened(f *os.File, rel string) error {
+// One that lies in cmroot is not refused but passed over (moved): cmfs
+// preserves a file by renaming it into cmroot, which can happen between
+// the open and the look, and the content is then served from cmroot by
+// its name, as for a symlink that leads into cmroot.
+func (s *Server) checkOpened(f *os.File, rel string) (moved bool, err error) {
 	if len(s.denyAbs) == 0 {
-		return nil // no state directory inside the root: os.Root keeps them out
+		return false, nil // no state directory inside the root: os.Root keeps them out
 	}
 	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd())))
 	if err != nil {
-		return fmt.Errorf("path %q: cannot tell where it leads, so not serving it: %w", rel, err)
+		return false, fmt.Errorf("path %q: cannot tell where it leads, so not serving it: %w", rel, err)
 	}
-	return s.checkState(rel, p)
+	if p == s.cfg.CMRoot || strings.HasPrefix(p, s.cfg.CMRoot+"/") {
+		return true, nil
+	}
+	return false, s.checkState(rel, p)
 }
 
 // openEntry opens a cmroot entry file, which is never a symlink.

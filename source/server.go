@@ -64,9 +64,6 @@ type Server struct {
 	denyRel []string
 	denyAbs []string
 	srv     *grpc.Server
-	// moved finds content that later renames took elsewhere (ReadFile's
-	// after_event).
-	moved *repl.LocalFetcher
 
 	// life ends when Serve stops, so following streams end with it
 	// instead of holding the shutdown up.
@@ -123,7 +120,6 @@ func NewServer(cfg Config) (*Server, error) {
 	if s.root, err = os.OpenRoot(backing); err != nil {
 		return nil, fmt.Errorf("source: open warehouse root: %w", err)
 	}
-	s.moved = &repl.LocalFetcher{Root: backing, CMRoot: cfg.CMRoot, Events: serverEvents{s}}
 	s.life, s.end = context.WithCancel(context.Background())
 	s.srv = grpc.NewServer(grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(connWindow),
 		experimental.BufferPool(buffers))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cmfs-project/cmfs/internal/backoff"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 	"github.com/cmfs-project/cmfs/source"
@@ -46,10 +47,15 @@ exposed in the Prometheus text format at http://ADDR/metrics with
 --metrics ADDR (off by default). On a terminal a progress line is drawn on
 stderr.
 
-A source that cannot be reached is retried with backoff (one line on
-stderr each time); an error that retrying cannot fix (a gap, another
-source, content found nowhere) ends it with exit 1. SIGINT or SIGTERM stop
-it between or within rounds, leaving the target at the last event
+A failed round — the source down or restarting, content the source
+could not find, a disk full at the target, anything — never ends it: it
+is retried with backoff (250ms doubling to 10s; to 1m for errors a retry
+is unlikely to fix soon: a gap, another source, a malformed dump, content
+found nowhere), the target staying at the last event applied. Each
+failure is a line on stderr (once per distinct error, and at the 2nd,
+4th, 8th… in a row), counts in the metrics, and shows in 'replicad
+status --target' while it lasts. SIGINT or SIGTERM stop it between or
+within rounds, leaving the target at the last event
 applied; exit 0.`,
 		Example: `  replicad follow --source 127.0.0.1:9860 --target /replica
   replicad follow --source 127.0.0.1:9860 --target /replica --metrics 127.0.0.1:9861`,
@@ -71,10 +77,12 @@ applied; exit 0.`,
 // advances (and reports) in steps.
 const followBatch = 10000
 
-// Retry delays after a failed round.
+// Retry delays after a failed round: transient failures (the source
+// unreachable) are retried sooner than lasting ones (see lasting).
 const (
-	minBackoff = 250 * time.Millisecond
-	maxBackoff = 10 * time.Second
+	minBackoff        = 250 * time.Millisecond
+	maxBackoff        = 10 * time.Second
+	maxBackoffLasting = time.Minute
 )
 
 func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []string) error {
@@ -96,7 +104,7 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	} else if st.Bootstrapping != "" {
 		return fmt.Errorf("target %s is in the middle of loading %s: finish that with 'replicad load' first", target, st.Bootstrapping)
 	}
-	work := filepath.Join(filepath.Dir(target), "."+filepath.Base(target)+".repl-dumps")
+	work := followWork(target)
 	// Dumps are cheap to remake: whatever a stopped follow left is dropped.
 	if err := os.RemoveAll(work); err != nil {
 		return fmt.Errorf("clear work directory: %w", err)
@@ -115,6 +123,10 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	f := &follower{
 		g: g, addr: opts.source, client: client, target: target, work: work,
 		m: newMetrics(), tty: isTerminal(g.stderr), times: map[uint64]time.Time{},
+	}
+	f.status = followStatus{PID: os.Getpid(), Source: opts.source, State: stateFollowing, Since: time.Now().UTC()}
+	if err := f.writeStatus(); err != nil {
+		return err
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -149,12 +161,9 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 		defer wg.Done()
 		f.watch(ctx, wake)
 	}()
-	err = f.loop(ctx, opts.interval, wake)
+	f.loop(ctx, opts.interval, wake)
 	f.endLine()
-	if ctx.Err() != nil {
-		return nil // interrupted: the normal end of follow
-	}
-	return err
+	return nil // interrupted: the only end of follow
 }
 
 // follower is the state of one follow: the source, the target, what it
@@ -173,47 +182,83 @@ type follower struct {
 	mu    sync.Mutex
 	times map[uint64]time.Time // event times of the round being loaded
 	line  bool                 // a progress line is open on the terminal
+
+	status  followStatus // what status shows; written by the loop only
+	lastErr string       // the last failure printed
 }
 
-// loop runs rounds until ctx ends or a round fails in a way a retry
-// cannot fix: right away while the source is ahead, else when woken or
-// every interval; after a failure, with backoff.
-func (f *follower) loop(ctx context.Context, interval time.Duration, wake <-chan struct{}) error {
+// loop runs rounds until ctx ends: right away while the source is ahead,
+// else when woken or every interval. A failed round, whatever failed, is
+// retried with backoff: follow is a daemon, and the target stays at the
+// last event applied, so a retry is always safe.
+func (f *follower) loop(ctx context.Context, interval time.Duration, wake <-chan struct{}) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	backoff := time.Duration(0)
+	b := backoff.Backoff{Min: minBackoff, Max: maxBackoff}
 	for {
 		more, err := f.sync(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
-		switch {
-		case err != nil && permanent(err):
-			return err
-		case err != nil:
-			f.m.update(func(m *metricValues) { m.errors++ })
-			backoff = min(max(2*backoff, minBackoff), maxBackoff)
-			f.say("source %s: %v; retrying in %s", f.addr, err, backoff)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(backoff):
+		if err != nil {
+			b.Max = maxBackoff
+			if lasting(err) {
+				b.Max = maxBackoffLasting
+			}
+			wait := b.Next()
+			f.failed(err, b.Failures(), wait)
+			if backoff.Sleep(ctx, wait) != nil {
+				return
 			}
 			continue
-		case backoff > 0:
-			backoff = 0
-			f.say("source %s answers again; target at event %d", f.addr, f.m.snapshot().targetLast)
 		}
+		if b.Failures() > 0 {
+			f.recovered(b.Failures())
+			b.Reset()
+		}
+		f.m.update(func(m *metricValues) { m.lastSuccess = time.Now() })
 		f.progress()
 		if more {
 			continue
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-wake:
 		case <-tick.C:
 		}
+	}
+}
+
+// failed reports the failure of a round, the n-th in a row, retried after
+// wait: in the metrics, in the status file, and on stderr when the error
+// is new or n a power of two (a lasting failure is not a line every
+// retry).
+func (f *follower) failed(err error, n int, wait time.Duration) {
+	now := time.Now().UTC()
+	f.m.update(func(m *metricValues) { m.errors++; m.failing = uint64(n) })
+	if n == 1 {
+		f.status.State, f.status.Since = stateRetrying, now
+	}
+	f.status.Failures, f.status.LastError, f.status.NextRetry = n, err.Error(), now.Add(wait)
+	werr := f.writeStatus()
+	if msg := err.Error(); msg != f.lastErr || n&(n-1) == 0 {
+		f.lastErr = msg
+		f.say("%v; retrying in %s (failure %d in a row)", err, wait.Round(time.Millisecond), n)
+	}
+	if werr != nil {
+		f.say("status: %v", werr)
+	}
+}
+
+// recovered reports a round that succeeded after n failed.
+func (f *follower) recovered(n int) {
+	f.m.update(func(m *metricValues) { m.failing = 0 })
+	f.status = followStatus{PID: f.status.PID, Source: f.status.Source, State: stateFollowing, Since: time.Now().UTC()}
+	f.lastErr = ""
+	f.say("source %s: a round succeeded after %d failed; target at event %d", f.addr, n, f.m.snapshot().targetLast)
+	if err := f.writeStatus(); err != nil {
+		f.say("status: %v", err)
 	}
 }
 
@@ -321,8 +366,9 @@ func (f *follower) watch(ctx context.Context, wake chan<- struct{}) {
 	}
 }
 
-// permanent reports whether a failed round would fail the same way again.
-func permanent(err error) bool {
+// lasting reports whether a failed round would likely fail the same way
+// for a while: it is retried less often than a source that is away.
+func lasting(err error) bool {
 	for _, target := range []error{
 		repl.ErrGap, repl.ErrMismatch, repl.ErrFormat, repl.ErrNoCopy, repl.ErrChecksum, repl.ErrUnsafePath,
 		source.ErrNotFound, source.ErrRefused, source.ErrInvalid, source.ErrMismatch, source.ErrInsecure,

@@ -23,16 +23,18 @@ type metrics struct {
 
 // metricValues are the metrics' values at one moment.
 type metricValues struct {
-	applied    uint64 // events applied
-	files      uint64
-	bytes      int64
-	errors     uint64 // rounds that failed and were retried
-	targetLast uint64
-	sourceLast uint64
-	lastLag    float64
-	lagCounts  []uint64 // per bucket, not cumulative
-	lagCount   uint64
-	lagSum     float64
+	applied     uint64 // events applied
+	files       uint64
+	bytes       int64
+	errors      uint64    // rounds that failed and were retried
+	failing     uint64    // rounds failed in a row, 0 after a success
+	lastSuccess time.Time // the end of the last round that succeeded
+	targetLast  uint64
+	sourceLast  uint64
+	lastLag     float64
+	lagCounts   []uint64 // per bucket, not cumulative
+	lagCount    uint64
+	lagSum      float64
 }
 
 func newMetrics() *metrics {
@@ -84,6 +86,8 @@ var (
 	descFiles      = prometheus.NewDesc("replicad_follow_files_total", "Files fetched and placed at the target.", nil, nil)
 	descBytes      = prometheus.NewDesc("replicad_follow_bytes_total", "Bytes of content placed at the target.", nil, nil)
 	descErrors     = prometheus.NewDesc("replicad_follow_errors_total", "Rounds that failed and were retried.", nil, nil)
+	descFailing    = prometheus.NewDesc("replicad_follow_consecutive_failures", "Rounds failed in a row (0: the last round succeeded); each is retried with backoff.", nil, nil)
+	descSuccess    = prometheus.NewDesc("replicad_follow_last_success_timestamp_seconds", "When the last round that succeeded ended (Unix time; 0: none yet).", nil, nil)
 	descTargetLast = prometheus.NewDesc("replicad_follow_target_last_id", "Last event id applied at the target.", nil, nil)
 	descSourceLast = prometheus.NewDesc("replicad_follow_source_last_id", "Newest event id at the source, when last asked.", nil, nil)
 	descLastLag    = prometheus.NewDesc("replicad_follow_lag_last_seconds", "Lag of the last event applied: from its time at the source to applied at the target.", nil, nil)
@@ -92,7 +96,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descApplied, descFiles, descBytes, descErrors, descTargetLast, descSourceLast, descLastLag, descLag} {
+	for _, d := range []*prometheus.Desc{descApplied, descFiles, descBytes, descErrors, descFailing, descSuccess, descTargetLast, descSourceLast, descLastLag, descLag} {
 		ch <- d
 	}
 }
@@ -108,6 +112,12 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	counter(descFiles, float64(s.files))
 	counter(descBytes, float64(s.bytes))
 	counter(descErrors, float64(s.errors))
+	gauge(descFailing, float64(s.failing))
+	success := 0.0
+	if !s.lastSuccess.IsZero() {
+		success = float64(s.lastSuccess.UnixNano()) / 1e9
+	}
+	gauge(descSuccess, success)
 	gauge(descTargetLast, float64(s.targetLast))
 	gauge(descSourceLast, float64(s.sourceLast))
 	gauge(descLastLag, s.lastLag)
