@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -449,4 +451,103 @@ func (l *loader) arrive(rel string, dirs []string) error {
 		}
 	}
 	return nil
+}
+
+// ParseFilter reads the --db and --table flags. --db takes a database's
+// name or its directory's (sales or sales.db: one ".db" is taken off, so a
+// database whose name ends in ".db" is spelled with its directory's name,
+// x.db.db). --table takes a table's name (of every database, unless --db
+// is given), or, without --db, names its database too: DB.TABLE (Hive's
+// spelling, split at the first dot) or DB.db/TABLE (the directory's);
+// with --db, --table is the table's name as it is. It refuses a name that
+// cannot be a database's or table's.
+func ParseFilter(db, table string) (string, string, error) {
+	if db != "" {
+		db = strings.TrimSuffix(db, ".db")
+		if err := filterName(db); err != nil {
+			return "", "", fmt.Errorf("--db %q: %w", db, err)
+		}
+	}
+	if table == "" {
+		return db, "", nil
+	}
+	t := table
+	if d, rest, ok := strings.Cut(t, "/"); ok {
+		q, ok := strings.CutSuffix(d, ".db")
+		if !ok || db != "" && q != db {
+			return "", "", fmt.Errorf("--table %q: a table's directory is DB.db/TABLE (of --db's database, if given)", table)
+		}
+		db, t = q, rest
+	} else if d, rest, ok := strings.Cut(t, "."); ok && db == "" {
+		if d == "" {
+			return "", "", fmt.Errorf("--table %q: database %q: empty name", table, d)
+		}
+		db, t = d, rest
+	}
+	if err := filterName(db); err != nil && db != "" {
+		return "", "", fmt.Errorf("--table %q: database %q: %w", table, db, err)
+	}
+	if err := filterName(t); err != nil {
+		return "", "", fmt.Errorf("--table %q: %w", table, err)
+	}
+	return db, t, nil
+}
+
+func filterName(n string) error {
+	switch {
+	case n == "":
+		return errors.New("empty name")
+	case n == "." || n == ".." || strings.ContainsAny(n, "/\x00"):
+		return errors.New("not a name")
+	}
+	return nil
+}
+
+// FilterSeen says whether the filter names anything the warehouse holds
+// at root now or any event up to to named: a directory of the database
+// (or table) or a path inside it. It looks at the tree first, and reads
+// the journal only when the tree has nothing.
+func FilterSeen(ctx context.Context, events Events, root, db, table string, to uint64) (bool, error) {
+	f := filter{db: db, table: table}
+	pattern := "*.db"
+	if db != "" {
+		pattern = globEscape(db) + ".db"
+	}
+	if table != "" {
+		pattern += "/" + globEscape(table)
+	}
+	m, err := filepath.Glob(filepath.Join(root, pattern))
+	if err != nil {
+		return false, err
+	}
+	for _, p := range m {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			return true, nil
+		}
+	}
+	errSeen := errors.New("seen")
+	err = events.Range(ctx, 1, to, func(e *journal.Event) error {
+		for _, p := range []string{e.Path, e.NewPath} {
+			if p != "" && (f.keeps(p, true) || f.keeps(p, false)) {
+				return errSeen
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errSeen) {
+		return true, nil
+	}
+	return false, err
+}
+
+// globEscape quotes the characters filepath.Match treats specially.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

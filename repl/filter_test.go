@@ -2,6 +2,7 @@ package repl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"path/filepath"
@@ -190,5 +191,144 @@ func TestFilterMovesOneDump(t *testing.T) {
 			}
 			checkFiltered(t, s, target, tc.db, tc.table, last)
 		})
+	}
+}
+
+func TestParseFilter(t *testing.T) {
+	for _, tc := range []struct {
+		db, table         string
+		wantDB, wantTable string
+		err               string
+	}{
+		{db: "sales", wantDB: "sales"},
+		{db: "sales.db", wantDB: "sales"},
+		{db: "x.db.db", wantDB: "x.db"},
+		{table: "orders", wantTable: "orders"},
+		{table: "sales.orders", wantDB: "sales", wantTable: "orders"},
+		{table: "sales.db/orders", wantDB: "sales", wantTable: "orders"},
+		{db: "sales", table: "orders", wantDB: "sales", wantTable: "orders"},
+		{db: "sales.db", table: "sales.db/orders", wantDB: "sales", wantTable: "orders"},
+		{db: "sales", table: "a.b", wantDB: "sales", wantTable: "a.b"},
+		{db: ".db", err: "empty name"},
+		{db: "a/b", err: "not a name"},
+		{table: "sales/orders", err: "DB.db/TABLE"},
+		{db: "other", table: "sales.db/orders", err: "DB.db/TABLE"},
+		{table: ".orders", err: "empty name"},
+		{table: "sales.db/", err: "empty name"},
+	} {
+		db, table, err := ParseFilter(tc.db, tc.table)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseFilter(%q, %q): got %q, %q, %v; want an error with %q", tc.db, tc.table, db, table, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || db != tc.wantDB || table != tc.wantTable {
+			t.Errorf("ParseFilter(%q, %q): got %q, %q, %v; want %q, %q", tc.db, tc.table, db, table, err, tc.wantDB, tc.wantTable)
+		}
+	}
+}
+
+func TestFilterSeen(t *testing.T) {
+	s := newSource(t)
+	s.mkdir("a.db")
+	s.mkdir("a.db/t")
+	s.mkdir("gone.db")
+	s.mkdir("gone.db/x")
+	s.renameDir("gone.db/x", "a.db/x", journal.RenameTable)
+	s.rmrf("gone.db")
+	ctx := context.Background()
+	for _, tc := range []struct {
+		db, table string
+		want      bool
+	}{
+		{"a", "", true}, {"", "t", true}, {"a", "t", true}, {"gone", "", true}, {"gone", "x", true},
+		{"", "x", true}, {"b", "", false}, {"a", "u", false}, {"", "u", false}, {"a*", "", false},
+	} {
+		got, err := FilterSeen(ctx, &s.ev, s.root, tc.db, tc.table, uint64(len(s.ev.events)))
+		if err != nil || got != tc.want {
+			t.Errorf("FilterSeen(%q, %q): got %v, %v; want %v", tc.db, tc.table, got, err, tc.want)
+		}
+	}
+}
+
+// Without a catalog at the dump's start, a filtered dump still rewrites
+// what needs no tree (files moving in and out, directories moving out),
+// and refuses, saying why, a directory moving in.
+func TestFilterWithoutCatalog(t *testing.T) {
+	s := newSource(t)
+	filterCases[0].base(s)
+	base := uint64(len(s.ev.events))
+	ctx := context.Background()
+	target := t.TempDir()
+	boot := filepath.Join(t.TempDir(), "boot")
+	if _, err := Dump(ctx, &s.ev, boot, DumpOptions{Source: "src", DB: "a", Tree: LocalTree{Root: s.root}}); err != nil {
+		t.Fatal(err)
+	}
+	mustLoad(t, boot, target, s.fetcher())
+	s.rename("a.db/t/f1", "b.db/t/f1")
+	s.rename("b.db/t/f2", "a.db/t/f2")
+	s.rename("b.db/t/f4", "a.db/t/f3")
+	s.mkdir("a.db/gone")
+	s.renameDir("a.db/gone", "b.db/gone", journal.RenameTable)
+	last := uint64(len(s.ev.events))
+	out := filepath.Join(t.TempDir(), "inc")
+	if _, err := Dump(ctx, &s.ev, out, DumpOptions{From: base + 1, Source: "src", DB: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	mustLoad(t, out, target, s.fetcher())
+	checkFiltered(t, s, target, "a", "", last)
+
+	s.mkdir("b.db/u")
+	s.renameDir("b.db/u", "a.db/u", journal.RenameTable)
+	out = filepath.Join(t.TempDir(), "inc2")
+	_, err := Dump(ctx, &s.ev, out, DumpOptions{From: last + 1, Source: "src", DB: "a"})
+	if err == nil || !strings.Contains(err.Error(), "b.db/u moves into the filter as a.db/u") || !strings.Contains(err.Error(), "catalog") {
+		t.Fatalf("a directory moving in without a catalog: got %v", err)
+	}
+}
+
+// A filtered dump is resumed like any: killed midway, rerun, it ends
+// with what one run writes, and the catalog it advances ends at its end.
+func TestFilterResume(t *testing.T) {
+	s := newSource(t)
+	filterCases[0].base(s)
+	base := uint64(len(s.ev.events))
+	ctx := context.Background()
+	cat, err := OpenCatalog(filepath.Join(t.TempDir(), CatalogFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	if _, err := cat.Update(ctx, &s.ev, LocalTree{Root: s.root}); err != nil {
+		t.Fatal(err)
+	}
+	filterCases[0].moves(s)
+	ref := t.TempDir()
+	refCat, _ := OpenCatalog(filepath.Join(t.TempDir(), CatalogFile))
+	defer refCat.Close()
+	// The reference: the same catalog state, one uninterrupted dump.
+	s2 := newSource(t)
+	filterCases[0].base(s2)
+	if _, err := refCat.Update(ctx, &s2.ev, LocalTree{Root: s2.root}); err != nil {
+		t.Fatal(err)
+	}
+	filterCases[0].moves(s2)
+	if _, err := Dump(ctx, &s2.ev, filepath.Join(ref, "d"), DumpOptions{From: base + 1, Source: "src", DB: "a", Catalog: refCat}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "d")
+	dying := &sliceEvents{events: s.ev.events, failAfter: 5}
+	if _, err := Dump(ctx, dying, out, DumpOptions{From: base + 1, Source: "src", DB: "a", Catalog: cat}); !errors.Is(err, errSourceDied) {
+		t.Fatalf("got %v, want the source's error", err)
+	}
+	if _, err := Dump(ctx, &s.ev, out, DumpOptions{From: base + 1, Source: "src", DB: "a", Catalog: cat}); err != nil {
+		t.Fatal(err)
+	}
+	if d := diffTrees(dumpTree(t, out), dumpTree(t, filepath.Join(ref, "d"))); d != "" {
+		t.Fatalf("resumed filtered dump differs from an uninterrupted one:\n%s", d)
+	}
+	if at, _, _ := cat.At(); at != uint64(len(s.ev.events)) {
+		t.Fatalf("catalog at %d, want %d", at, len(s.ev.events))
 	}
 }
