@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -331,4 +333,45 @@ func TestFilterResume(t *testing.T) {
 	if at, _, _ := cat.At(); at != uint64(len(s.ev.events)) {
 		t.Fatalf("catalog at %d, want %d", at, len(s.ev.events))
 	}
+}
+
+// An exchange across the filter's edge: the end inside gets what the
+// other end held, file or directory.
+func TestFilterExchange(t *testing.T) {
+	s := newSource(t)
+	for _, d := range []string{"a.db", "a.db/t", "b.db", "b.db/t", "a.db/t/d", "b.db/t/d", "b.db/t/d/sub"} {
+		s.mkdir(d)
+	}
+	s.write("a.db/t/x", "inside")
+	s.write("b.db/t/y", "outside")
+	s.write("a.db/t/d/in", "in")
+	s.write("b.db/t/d/sub/out", "out")
+	base := uint64(len(s.ev.events))
+	cat, err := OpenCatalog(filepath.Join(t.TempDir(), CatalogFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	ctx := context.Background()
+	target := t.TempDir()
+	boot := filepath.Join(t.TempDir(), "boot")
+	if _, err := Dump(ctx, &s.ev, boot, DumpOptions{Source: "src", DB: "a", Tree: LocalTree{Root: s.root}, Catalog: cat}); err != nil {
+		t.Fatal(err)
+	}
+	mustLoad(t, boot, target, s.fetcher())
+	exchange := func(a, b string, files []journal.File) {
+		if err := unix.Renameat2(unix.AT_FDCWD, s.abs(a), unix.AT_FDCWD, s.abs(b), unix.RENAME_EXCHANGE); err != nil {
+			t.Fatal(err)
+		}
+		s.emit(&journal.Event{Type: journal.Rename, Path: a, NewPath: b, Target: "exchange", Files: files})
+	}
+	exchange("a.db/t/x", "b.db/t/y", []journal.File{{Path: "b.db/t/y", Size: 6, XXH64: journal.Sum([]byte("inside"))}})
+	exchange("b.db/t/d", "a.db/t/d", nil)
+	last := uint64(len(s.ev.events))
+	out := filepath.Join(t.TempDir(), "inc")
+	if _, err := Dump(ctx, &s.ev, out, DumpOptions{From: base + 1, Source: "src", DB: "a", Catalog: cat}); err != nil {
+		t.Fatal(err)
+	}
+	mustLoad(t, out, target, s.fetcher())
+	checkFiltered(t, s, target, "a", "", last)
 }
