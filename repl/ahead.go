@@ -38,6 +38,9 @@ type step struct {
 	id   uint64
 	e    *journal.Event
 	adds []journal.File
+	// dirs, for an arrival in a filtered dump (see filter.go), are the
+	// directories of the tree that replaces what is at e.Path.
+	dirs []string
 	// jobs parallels adds: a file fetched ahead, or nil for one the
 	// loader fetches itself (if it must: see fetchesAhead).
 	jobs []*staged

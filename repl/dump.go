@@ -264,26 +264,53 @@ func dumpIncremental(ctx context.Context, events Events, out string, opts DumpOp
 	if err != nil {
 		return res, err
 	}
-	filtered := md.DB != "" || md.Table != ""
+	fl := filter{db: md.DB, table: md.Table}
 	want, written := next, 0
-	if next <= md.To {
-		err = events.Range(ctx, next, md.To, func(e *journal.Event) error {
-			if e.ID != want {
-				return fmt.Errorf("source sent event %d, want %d: %w", e.ID, want, ErrFormat)
+	// write writes one event, as the filter sees it; v is the tree as of
+	// the event before it, nil if unknown.
+	write := func(e *journal.Event, v treeView) error {
+		if e.ID != want {
+			return fmt.Errorf("source sent event %d, want %d: %w", e.ID, want, ErrFormat)
+		}
+		want++
+		r := &rewritten{e: e}
+		if fl.on() {
+			var err error
+			if r, err = fl.rewrite(e, v); err != nil {
+				return fmt.Errorf("event %d (%s %s -> %s), filtered to %s: %w", e.ID, e.Type, e.Path, e.NewPath, fl, err)
 			}
-			want++
-			if filtered && (md.DB != "" && e.DB != md.DB || md.Table != "" && e.Table != md.Table) {
+			if r == nil {
 				return nil
 			}
-			if err := writeEvent(out, e); err != nil {
-				return err
-			}
-			written++
-			if written%checkpointEvery == 0 {
-				return checkpoint(out, e.ID)
-			}
-			return nil
-		})
+		}
+		if err := writeEvent(out, r.e, r.dirs); err != nil {
+			return err
+		}
+		written++
+		return nil
+	}
+	if next <= md.To {
+		var err error
+		if fl.on() && opts.Catalog != nil {
+			// The catalog, advanced in step, shows what moves into the
+			// filter.
+			err = opts.Catalog.replay(ctx, events, next, md.To, write, func(id uint64) error { return checkpoint(out, id) })
+		}
+		if !fl.on() || opts.Catalog == nil || errors.Is(err, errCatalogPast) {
+			past := err
+			err = events.Range(ctx, next, md.To, func(e *journal.Event) error {
+				if err := write(e, nil); err != nil {
+					if errors.Is(err, errNoView) {
+						err = fmt.Errorf("%w: a filtered dump knows it from the catalog, which must be at or before event %d (%v); dump the filtered BOOTSTRAP again to start from", err, next-1, past)
+					}
+					return err
+				}
+				if (e.ID-next+1)%checkpointEvery == 0 {
+					return checkpoint(out, e.ID)
+				}
+				return nil
+			})
+		}
 		if err != nil {
 			return res, err
 		}
@@ -301,7 +328,7 @@ func dumpIncremental(ctx context.Context, events Events, out string, opts DumpOp
 // writeEvent writes one event directory: built under a temp name and
 // renamed, so that a directory with an event's name is always whole
 // (durability comes from the checkpoints' syncfs).
-func writeEvent(out string, e *journal.Event) error {
+func writeEvent(out string, e *journal.Event, dirs []string) error {
 	meta, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("event %d: %w", e.ID, err)
@@ -322,6 +349,15 @@ func writeEvent(out string, e *journal.Event) error {
 	}
 	if err := os.WriteFile(filepath.Join(tmp, filesFile), files, 0o644); err != nil {
 		return err
+	}
+	if dirs != nil {
+		var b []byte
+		for _, d := range dirs {
+			b = append(append(b, Escape(d)...), '\n')
+		}
+		if err := os.WriteFile(filepath.Join(tmp, dirsFile), b, 0o644); err != nil {
+			return err
+		}
 	}
 	return os.Rename(tmp, filepath.Join(out, name))
 }

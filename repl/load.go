@@ -148,8 +148,8 @@ func load(ctx context.Context, dumpDir, target string, fetch Fetcher, opts LoadO
 			if id <= st.LastReplID {
 				continue
 			}
-			e, adds, err := readEventDir(filepath.Join(dumpDir, EventDirName(id)), id)
-			if !yield(step{id: id, e: e, adds: adds, err: err}) || err != nil {
+			e, adds, dirs, err := readEventDir(filepath.Join(dumpDir, EventDirName(id)), id)
+			if !yield(step{id: id, e: e, adds: adds, dirs: dirs, err: err}) || err != nil {
 				return
 			}
 		}
@@ -163,7 +163,13 @@ func load(ctx context.Context, dumpDir, target string, fetch Fetcher, opts LoadO
 		}
 		if err == nil {
 			l.fuzzy, l.event = s.id <= st.FuzzyUntil, s.id
-			if err = l.apply(s.e, s.adds, s.jobs); err != nil {
+			if s.dirs != nil {
+				err = l.arrive(s.e.Path, s.dirs)
+			}
+			if err == nil {
+				err = l.apply(s.e, s.adds, s.jobs)
+			}
+			if err != nil {
 				err = fmt.Errorf("event %d (%s %s): %w", s.id, s.e.Type, s.e.Path, err)
 			}
 		}
@@ -234,19 +240,20 @@ func eventDirs(dumpDir string, md Metadata) ([]uint64, error) {
 	return ids, nil
 }
 
-// readEventDir reads the event and the new content it lists from one
-// event directory of an INCREMENTAL dump.
-func readEventDir(dir string, id uint64) (*journal.Event, []journal.File, error) {
+// readEventDir reads the event, the new content it lists and, for an
+// arrival in a filtered dump, the directories it makes (nil if none) from
+// one event directory of an INCREMENTAL dump.
+func readEventDir(dir string, id uint64) (*journal.Event, []journal.File, []string, error) {
 	e, err := readEvent(dir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("event %d: %w", id, err)
+		return nil, nil, nil, fmt.Errorf("event %d: %w", id, err)
 	}
 	if e.ID != id {
-		return nil, nil, fmt.Errorf("%s holds event %d: %w", dir, e.ID, ErrFormat)
+		return nil, nil, nil, fmt.Errorf("%s holds event %d: %w", dir, e.ID, ErrFormat)
 	}
 	adds, err := ReadFiles(filepath.Join(dir, filesFile))
 	if err != nil {
-		return nil, nil, fmt.Errorf("event %d: %w", id, err)
+		return nil, nil, nil, fmt.Errorf("event %d: %w", id, err)
 	}
 	var want []journal.File
 	for _, f := range e.Files {
@@ -255,9 +262,29 @@ func readEventDir(dir string, id uint64) (*journal.Event, []journal.File, error)
 		}
 	}
 	if !sameFiles(adds, want) {
-		return nil, nil, fmt.Errorf("event %d: %s does not list the new content %s names: %w", id, filesFile, eventMeta, ErrFormat)
+		return nil, nil, nil, fmt.Errorf("event %d: %s does not list the new content %s names: %w", id, filesFile, eventMeta, ErrFormat)
 	}
-	return e, adds, nil
+	dirs, err := readDirs(filepath.Join(dir, dirsFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return e, adds, nil, nil
+	case err != nil:
+		return nil, nil, nil, fmt.Errorf("event %d: %w", id, err)
+	}
+	for _, d := range dirs {
+		if d != e.Path && !strings.HasPrefix(d, e.Path+"/") {
+			return nil, nil, nil, fmt.Errorf("event %d: %s lists %s, not below %s: %w", id, dirsFile, d, e.Path, ErrFormat)
+		}
+	}
+	for _, f := range adds {
+		if !strings.HasPrefix(f.Path, e.Path+"/") && f.Path != e.Path {
+			return nil, nil, nil, fmt.Errorf("event %d: %s lists %s, not below %s: %w", id, filesFile, f.Path, e.Path, ErrFormat)
+		}
+	}
+	if dirs == nil {
+		dirs = []string{}
+	}
+	return e, adds, dirs, nil
 }
 
 func sameFiles(a, b []journal.File) bool {

@@ -37,6 +37,16 @@ brings up to date from the journal, so that it reads no file and races
 no event. --walk lists the tree by walking and hashing it instead, pinned
 to the newest event before the walk.
 
+--db and --table keep one database or table: the dump is the warehouse
+restricted to it at every event (a file or directory moved in arrives
+with its content, one moved out is removed). --db takes NAME or NAME.db;
+--table takes TABLE (in every database, or in --db's), DB.TABLE or
+DB.db/TABLE. A name the warehouse does not hold and its journal never
+named is refused. A filtered INCREMENTAL takes what a moved-in directory
+held from the catalog, which it advances in step: the catalog must not be
+past the dump's first event (run a filtered chain's dumps in order, from
+a filtered BOOTSTRAP).
+
 The dump directory is named after what it holds: incremental-N-M or
 bootstrap-M, with -db=NAME and -table=NAME appended for a filtered dump.
 An interrupted dump is continued when the same command is run again: a
@@ -60,11 +70,37 @@ with keys dump, kind, from, to.`,
 	f.StringVar(&opts.out, "out", "", "`DUMPROOT`: the directory the dump directory is made in")
 	f.Uint64Var(&opts.from, "from", 0, "first event `N` of an INCREMENTAL dump (none: BOOTSTRAP)")
 	f.Uint64Var(&opts.to, "to", 0, "last event `M` (default: the newest at the start)")
-	f.StringVar(&opts.db, "db", "", "keep only database `NAME`")
-	f.StringVar(&opts.table, "table", "", "keep only table `NAME`")
+	f.StringVar(&opts.db, "db", "", "keep only database `NAME` (NAME or NAME.db)")
+	f.StringVar(&opts.table, "table", "", "keep only table `NAME` (TABLE, DB.TABLE or DB.db/TABLE)")
 	f.BoolVar(&opts.json, "json", false, "print one JSON object")
 	f.BoolVar(&opts.walk, "walk", false, "BOOTSTRAP: walk and hash the tree instead of listing the catalog")
 	return cmd
+}
+
+// checkFilter refuses a filter that names nothing the warehouse holds or
+// its journal ever named up to to (0: the newest event): a misspelt name
+// would make an empty dump that looks like a good one. A database that
+// does not exist yet is refused too; dump it once it does (a target loses
+// nothing by waiting: a later dump covers the events before).
+func checkFilter(ctx context.Context, events repl.Events, m mount, db, table string, to uint64) error {
+	if to == 0 {
+		last, err := events.Last(ctx)
+		if err != nil {
+			return err
+		}
+		to = last
+	}
+	seen, err := repl.FilterSeen(ctx, events, m.backing, db, table, to)
+	if err != nil || seen {
+		return err
+	}
+	switch {
+	case table == "":
+		return fmt.Errorf("--db %s: no database %s.db in %s, nor in its journal up to event %d", db, db, m.backing, to)
+	case db == "":
+		return fmt.Errorf("--table %s: no table %s in any database of %s, nor in its journal up to event %d", table, table, m.backing, to)
+	}
+	return fmt.Errorf("--table %s.%s: no table %s.db/%s in %s, nor in its journal up to event %d", db, table, db, table, m.backing, to)
 }
 
 // dumpReport is what dump prints with --json.
@@ -91,6 +127,10 @@ func runDump(ctx context.Context, g *globalOptions, opts dumpOptions, _ []string
 	if opts.to != 0 && opts.to < opts.from {
 		return fmt.Errorf("--to %d is before --from %d", opts.to, opts.from)
 	}
+	db, table, err := repl.ParseFilter(opts.db, opts.table)
+	if err != nil {
+		return err
+	}
 	m, err := resolveMount(opts.state, "")
 	if err != nil {
 		return err
@@ -105,9 +145,18 @@ func runDump(ctx context.Context, g *globalOptions, opts dumpOptions, _ []string
 	}
 	defer closeEvents()
 
-	do := repl.DumpOptions{From: opts.from, To: opts.to, DB: opts.db, Table: opts.table, Source: m.sourceID()}
-	if opts.from == 0 {
-		do.Tree = m.tree()
+	if db != "" || table != "" {
+		if err := checkFilter(ctx, events, m, db, table, opts.to); err != nil {
+			return err
+		}
+	}
+	do := repl.DumpOptions{From: opts.from, To: opts.to, DB: db, Table: table, Source: m.sourceID()}
+	if opts.from == 0 || db != "" || table != "" {
+		// A filtered INCREMENTAL takes what moves into the filter from
+		// the catalog, which it advances in step.
+		if opts.from == 0 {
+			do.Tree = m.tree()
+		}
 		if !opts.walk {
 			c, err := repl.OpenCatalog(filepath.Join(m.state, repl.CatalogFile))
 			if err != nil {
