@@ -175,7 +175,9 @@ func rangeOf(evs ...*journal.Event) RangeFunc {
 	}
 }
 
-func name(content string) string { return cmroot.Name(journal.Sum([]byte(content)), int64(len(content))) }
+func name(content string) string {
+	return cmroot.Name(journal.Sum([]byte(content)), int64(len(content)))
+}
 
 func TestFirstLost(t *testing.T) {
 	evs := rangeOf(
