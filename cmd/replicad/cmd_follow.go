@@ -15,6 +15,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
+	"github.com/cmfs-project/cmfs/slot"
 	"github.com/cmfs-project/cmfs/source"
 )
 
@@ -23,6 +24,8 @@ type followOptions struct {
 	target   string
 	interval time.Duration
 	metrics  string
+	slot     string
+	noSlot   bool
 	tls      tlsFlags
 }
 
@@ -50,7 +53,16 @@ A source that cannot be reached is retried with backoff (one line on
 stderr each time); an error that retrying cannot fix (a gap, another
 source, content found nowhere) ends it with exit 1. SIGINT or SIGTERM stop
 it between or within rounds, leaving the target at the last event
-applied; exit 0.`,
+applied; exit 0.
+
+It keeps a replication slot on the source (--slot NAME, default
+HOST:TARGET): the source's gc keeps every preserved original the events
+past the target's last one need, however long the follow is stopped, up to
+the source's 'cmfs gc --retain-max' (7 days by default). Each round tells
+the source how far the target got. A target that fell behind what the
+source kept (no slot, or past --retain-max) is refused with one line
+naming the first event it can no longer reproduce and how to bootstrap it
+again. --no-slot follows without a slot (the source's retention alone).`,
 		Example: `  replicad follow --source 127.0.0.1:9860 --target /replica
   replicad follow --source 127.0.0.1:9860 --target /replica --metrics 127.0.0.1:9861`,
 		Args: cobra.NoArgs,
@@ -63,6 +75,8 @@ applied; exit 0.`,
 	f.StringVar(&opts.target, "target", "", "the destination warehouse `DIR`")
 	f.DurationVar(&opts.interval, "interval", time.Second, "poll the source at least this often")
 	f.StringVar(&opts.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (default: off)")
+	f.StringVar(&opts.slot, "slot", "", "the replication slot's `NAME` on the source (default: HOST:TARGET)")
+	f.BoolVar(&opts.noSlot, "no-slot", false, "follow without a replication slot")
 	opts.tls.register(f, "client")
 	return cmd
 }
@@ -87,9 +101,25 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	if opts.interval <= 0 {
 		return fmt.Errorf("--interval %s must be positive", opts.interval)
 	}
+	if opts.noSlot && opts.slot != "" {
+		return errors.New("give --slot NAME or --no-slot, not both")
+	}
 	target, err := makeDirectory("target", opts.target)
 	if err != nil {
 		return err
+	}
+	slotName := opts.slot
+	if slotName == "" && !opts.noSlot {
+		host, err := os.Hostname()
+		if err != nil {
+			host = "localhost"
+		}
+		slotName = host + ":" + target
+	}
+	if slotName != "" {
+		if err := slot.CheckName(slotName); err != nil {
+			return fmt.Errorf("--slot: %w", err)
+		}
 	}
 	if st, _, err := repl.ReadState(target); err != nil {
 		return err
@@ -113,7 +143,7 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	defer client.Close()
 
 	f := &follower{
-		g: g, addr: opts.source, client: client, target: target, work: work,
+		g: g, addr: opts.source, client: client, target: target, work: work, slot: slotName,
 		m: newMetrics(), tty: isTerminal(g.stderr), times: map[uint64]time.Time{},
 	}
 	var wg sync.WaitGroup
@@ -141,7 +171,11 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 		})
 		fmt.Fprintf(g.stdout, "metrics on http://%s/metrics\n", lis.Addr())
 	}
-	fmt.Fprintf(g.stdout, "following %s into %s\n", opts.source, target)
+	if slotName != "" {
+		fmt.Fprintf(g.stdout, "following %s into %s (slot %q)\n", opts.source, target, slotName)
+	} else {
+		fmt.Fprintf(g.stdout, "following %s into %s (no slot)\n", opts.source, target)
+	}
 
 	wake := make(chan struct{}, 1)
 	wg.Add(1)
@@ -169,6 +203,11 @@ type follower struct {
 	tty    bool
 
 	sourceID string
+	// slot is the replication slot's name ("": none); confirmed is the
+	// position the source last confirmed, once confirmedOK.
+	slot        string
+	confirmed   uint64
+	confirmedOK bool
 
 	mu    sync.Mutex
 	times map[uint64]time.Time // event times of the round being loaded
@@ -232,7 +271,12 @@ func (f *follower) sync(ctx context.Context) (more bool, err error) {
 	f.m.update(func(m *metricValues) { m.sourceLast, m.targetLast = last, st.LastReplID })
 	from := st.LastReplID + 1
 	if last < from {
-		return false, nil
+		return false, f.confirm(ctx, st.LastReplID)
+	}
+	// Before a round: the source says if an event the round needs can no
+	// longer be reproduced, and the slot holds what the round needs.
+	if err := f.confirm(ctx, st.LastReplID); err != nil {
+		return false, err
 	}
 	if f.sourceID == "" {
 		s, err := f.client.Status(ctx)
@@ -257,7 +301,36 @@ func (f *follower) sync(ctx context.Context) (more bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	if st, _, err := repl.ReadState(f.target); err == nil {
+		if err := f.confirm(ctx, st.LastReplID); err != nil {
+			return false, err
+		}
+	}
 	return to < last, nil
+}
+
+// confirm tells the source the target's position (moving the slot) when
+// it changed since the last time, and turns a refusal into one line that
+// says how to bootstrap again.
+func (f *follower) confirm(ctx context.Context, pos uint64) error {
+	if f.confirmedOK && f.confirmed == pos {
+		return nil
+	}
+	_, err := f.client.Confirm(ctx, f.slot, pos)
+	var lost *source.LostError
+	if errors.As(err, &lost) {
+		state := lost.State
+		if state == "" {
+			state = "STATE"
+		}
+		return fmt.Errorf("target %s is at event %d and cannot catch up: %w; bootstrap it again: on the source run 'replicad dump --state %s --out DUMPROOT', then 'replicad load --dump DUMPROOT/bootstrap-N --target NEW_DIR --source %s' into a new, empty directory, and follow that",
+			f.target, pos, err, state, f.addr)
+	}
+	if err != nil {
+		return err
+	}
+	f.confirmed, f.confirmedOK = pos, true
+	return nil
 }
 
 // Event implements repl.Progress: event id is applied at the target.
@@ -324,7 +397,7 @@ func (f *follower) watch(ctx context.Context, wake chan<- struct{}) {
 // permanent reports whether a failed round would fail the same way again.
 func permanent(err error) bool {
 	for _, target := range []error{
-		repl.ErrGap, repl.ErrMismatch, repl.ErrFormat, repl.ErrNoCopy, repl.ErrChecksum, repl.ErrUnsafePath,
+		source.ErrLost, repl.ErrGap, repl.ErrMismatch, repl.ErrFormat, repl.ErrNoCopy, repl.ErrChecksum, repl.ErrUnsafePath,
 		source.ErrNotFound, source.ErrRefused, source.ErrInvalid, source.ErrMismatch, source.ErrInsecure,
 		journal.ErrCorrupt,
 	} {
