@@ -3,6 +3,8 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,10 +20,49 @@ import (
 // exactly, because gc kept what the slot's events need.
 func TestSlotCatchUp(t *testing.T) {
 	s := slotScenario(t, []string{"--slot", "r1"}, nil)
+
+	// While it is stopped, the slot shows its lag and what it pins, in
+	// cmfs status, replicad slots and serve's metrics alike.
+	last := lastEventID(t, s.m.State)
+	st := s.status(t)
+	if len(st.Slots) != 1 || st.Slots[0].Lag != last-st.Slots[0].Position || st.Slots[0].Lag < 3 ||
+		st.Slots[0].Entries != 2 || st.Slots[0].Bytes == 0 || st.Slots[0].Lost {
+		t.Errorf("cmfs status slots while stopped = %+v, want r1 3 or more behind pinning 2 entries", st.Slots)
+	}
+	res := mustReplicad(t, "slots", "--source", s.srv.Addr, "--json")
+	var rs struct {
+		Slots []slotStatus `json:"slots"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &rs); err != nil || len(rs.Slots) != 1 || rs.Slots[0] != st.Slots[0] {
+		t.Errorf("replicad slots --json = %q (%v), want %+v", res.Stdout, err, st.Slots)
+	}
+	p := startProc(t, replicadPath(t), "serve", "--state", s.m.State, "--listen", freeAddr(t), "--metrics", "127.0.0.1:0")
+	var addr []string
+	poll(15*time.Second, func() bool {
+		b, _ := os.ReadFile(p.stdout)
+		addr = regexp.MustCompile(`metrics http://(\S+)/metrics`).FindStringSubmatch(string(b))
+		return addr != nil || p.exited()
+	})
+	if addr == nil {
+		t.Fatalf("serve --metrics did not say where: %s", p.stderrNow())
+	}
+	body := httpGet(t, "http://"+addr[1]+"/metrics")
+	for _, want := range []string{
+		fmt.Sprintf(`replicad_slot_lag_events{slot="r1"} %d`, st.Slots[0].Lag),
+		`replicad_slot_pinned_entries{slot="r1"} 2`,
+		fmt.Sprintf(`replicad_slot_pinned_bytes{slot="r1"} %d`, st.Slots[0].Bytes),
+		`replicad_slot_lost{slot="r1"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("serve's /metrics has no %q:\n%s", want, grepLines(body, "replicad_slot"))
+		}
+	}
+	p.kill()
+
 	s.restartFollow(t)
 	s.catchUp(t)
 	// The slot moved with the target, and pins nothing once caught up.
-	st := s.status(t)
+	st = s.status(t)
 	if len(st.Slots) != 1 || st.Slots[0].Name != "r1" || st.Slots[0].Position != lastEventID(t, s.m.State) || st.Slots[0].Lost {
 		t.Errorf("cmfs status slots = %+v, want r1 at %d, not lost", st.Slots, lastEventID(t, s.m.State))
 	}
@@ -179,6 +220,20 @@ func (s *slotRun) expectRefusal(t *testing.T, why string) {
 	if diff := diffTree(readTree(t, s.target, ".replstate", ".repl-staging"), before); diff != "" || stateID(s.target) != at {
 		t.Errorf("the refused follow changed the target: %s (at %d, was %d)", diff, stateID(s.target), at)
 	}
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 type slotStatus struct {
