@@ -4,10 +4,10 @@ GO      ?= go
 GOPATH  := $(shell $(GO) env GOPATH)
 export PATH := $(PATH):$(GOPATH)/bin:/root/go/bin
 
-UNIT        := ./internal/... ./journal/... ./cmroot/... ./control/... ./fs/... ./repl/... ./source/... ./container/... ./peer/... ./ingest/... ./cmd/... ./bench/...
+UNIT        := ./internal/... ./journal/... ./cmroot/... ./control/... ./protect/... ./fs/... ./slot/... ./repl/... ./source/... ./container/... ./peer/... ./ingest/... ./cmd/... ./bench/...
 INTEGRATION := ./integration/...
 
-.PHONY: all build test unit integration bench bench-deps demo proto vet fmt clean
+.PHONY: all build test unit integration bench bench-deps demo proto proto-deps vet fmt clean
 
 all: build
 
@@ -52,7 +52,19 @@ bench-deps:
 demo: build
 	./scripts/demo.sh
 
-proto:
+# The generators at the versions the checked-in code was made with
+# (protoc-gen-go as go.mod pins google.golang.org/protobuf), and protoc
+# from the distribution (3.21.12 on Debian 12).
+PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+
+proto-deps:
+	@command -v protoc >/dev/null 2>&1 || apt-get install -y -q protobuf-compiler || \
+		{ apt-get update -q && apt-get install -y -q protobuf-compiler; }
+	$(GO) install $(PROTOC_GEN_GO)
+	$(GO) install $(PROTOC_GEN_GO_GRPC)
+
+proto: proto-deps
 	protoc -I api \
 		--go_out=api/eventpb --go_opt=paths=source_relative \
 		api/event.proto

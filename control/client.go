@@ -124,20 +124,25 @@ func (c *Client) Fsck(ctx context.Context, repair bool) (Report, error) {
 	return reportFromProto(r), nil
 }
 
-// GC runs GC inside the mount; retain 0 means the mount's retention.
-func (c *Client) GC(ctx context.Context, retain time.Duration) (GCResult, error) {
-	if retain < 0 {
-		return GCResult{}, fmt.Errorf("%w: negative retention %s", ErrInvalid, retain)
+// GC runs GC inside the mount; retain 0 means the mount's retention,
+// retainMax 0 DefaultRetainMax. Both are sent in whole seconds (a
+// sub-second one rounds up, never to "the default").
+func (c *Client) GC(ctx context.Context, retain, retainMax time.Duration) (GCResult, error) {
+	if retain < 0 || retainMax < 0 {
+		return GCResult{}, fmt.Errorf("%w: negative retention %s or retain-max %s", ErrInvalid, retain, retainMax)
 	}
-	secs := int64(retain / time.Second)
-	if retain > 0 && secs == 0 {
-		secs = 1 // sub-second retention rounds up, never to "the default"
+	secs := func(d time.Duration) int64 {
+		s := int64(d / time.Second)
+		if d > 0 && s == 0 {
+			s = 1
+		}
+		return s
 	}
-	r, err := c.rpc.GC(ctx, &controlpb.GCRequest{RetainSeconds: secs})
+	r, err := c.rpc.GC(ctx, &controlpb.GCRequest{RetainSeconds: secs(retain), RetainMaxSeconds: secs(retainMax)})
 	if err != nil {
 		return GCResult{}, fromStatus(err)
 	}
-	return GCResult{Removed: int(r.Removed), Bytes: r.Bytes}, nil
+	return GCResult{Removed: int(r.Removed), Bytes: r.Bytes, Pinned: int(r.Pinned), PinnedBytes: r.PinnedBytes, Horizon: r.Horizon}, nil
 }
 
 // Entry is a cmroot entry and the path of its file.

@@ -5,7 +5,9 @@
 //
 // It also holds the logic those operations share with the unmounted CLI,
 // which opens the journal and the store directly: Walk (range and follow),
-// Fsck (cmroot against every name the journal references) and GC.
+// Fsck (cmroot against every name the journal references) and GC (by age,
+// keeping what the replication slots of package slot still need, up to a
+// retain-max).
 //
 // The socket is created mode 0600: only the mount's owner may talk to it.
 // Errors cross the wire as gRPC status codes, translated in one place on

@@ -17,6 +17,7 @@ import (
 	"github.com/cmfs-project/cmfs/api/controlpb"
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/slot"
 )
 
 // Info describes the mount a Server serves.
@@ -36,6 +37,7 @@ type Server struct {
 
 	j     *journal.Log
 	store *cmroot.Store
+	slots *slot.Store
 	info  Info
 
 	// maint serializes fsck and gc: two repairs must not race.
@@ -50,7 +52,11 @@ type Server struct {
 // NewServer returns a server for the mount described by info.
 func NewServer(j *journal.Log, store *cmroot.Store, info Info) *Server {
 	life, end := context.WithCancel(context.Background())
-	return &Server{j: j, store: store, info: info, life: life, end: end}
+	s := &Server{j: j, store: store, info: info, life: life, end: end}
+	if info.State != "" {
+		s.slots = slot.Open(info.State)
+	}
+	return s
 }
 
 // Serve listens on socketPath (replacing a stale socket left by a crashed
@@ -167,11 +173,13 @@ func (s *Server) GC(ctx context.Context, req *controlpb.GCRequest) (*controlpb.G
 	}
 	s.maint.Lock()
 	defer s.maint.Unlock()
-	res, err := GC(s.store, retain, time.Now())
+	opts := GCOptions{Retain: retain, RetainMax: time.Duration(req.RetainMaxSeconds) * time.Second, Slots: s.slots}
+	res, err := GC(ctx, s.j, s.store, opts, time.Now())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &controlpb.GCResponse{Removed: int64(res.Removed), Bytes: res.Bytes}, nil
+	return &controlpb.GCResponse{Removed: int64(res.Removed), Bytes: res.Bytes,
+		Pinned: int64(res.Pinned), PinnedBytes: res.PinnedBytes, Horizon: res.Horizon}, nil
 }
 
 // Lookup implements controlpb.ControlServer.

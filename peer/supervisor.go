@@ -244,6 +244,10 @@ func (s *Supervisor) Handler() http.Handler {
 	return promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{})
 }
 
+// Register adds c to the metrics Handler serves (a node's other
+// metrics, such as the source's replication slots).
+func (s *Supervisor) Register(c prometheus.Collector) error { return s.m.reg.Register(c) }
+
 // Run starts queued jobs, highest priority first, as the limit allows,
 // until ctx ends; then it fails the queued jobs with ErrClosed, cancels
 // the running ones, waits for them and returns nil. It runs once.

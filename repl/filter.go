@@ -92,8 +92,10 @@ type entry struct {
 }
 
 // treeView is the source tree as of the event before the one being
-// rewritten. The catalog lists directories and regular files only: a
-// symlink is not in it.
+// rewritten: its directories and regular files. Symlinks (which the
+// catalog lists) are not carried across the filter's edge yet: one that
+// moves in alone is refused, and those inside a directory that moves in
+// are left out.
 type treeView interface {
 	// stat returns what is at p, ok false for nothing.
 	stat(p string) (e entry, ok bool, err error)
@@ -144,12 +146,12 @@ func (f filter) rewrite(e *journal.Event, v treeView) (*rewritten, error) {
 	return nil, nil
 }
 
-// isDir says whether a rename moved a directory: not if it carries the
+// movedDir says whether a rename moved a directory: not if it carries the
 // moved file's content, yes if typed as a database, table or partition
 // rename, else as the tree says (nothing there: a symlink or a special
 // file, ok false). Without a tree, a rename without content is taken for
 // a directory's.
-func isDir(e *journal.Event, v treeView) (dir, ok bool, err error) {
+func movedDir(e *journal.Event, v treeView) (dir, ok bool, err error) {
 	for _, fl := range e.Files {
 		if fl.CM == "" && fl.Path == e.NewPath {
 			return false, true, nil
@@ -163,7 +165,7 @@ func isDir(e *journal.Event, v treeView) (dir, ok bool, err error) {
 }
 
 func (f filter) rename(e *journal.Event, v treeView) (*rewritten, error) {
-	dir, known, err := isDir(e, v)
+	dir, known, err := movedDir(e, v)
 	if err != nil {
 		return nil, err
 	}
@@ -354,11 +356,14 @@ func (c catView) stat(p string) (entry, bool, error) {
 	if v == nil {
 		return entry{}, false, nil
 	}
-	isDir, size, sum, err := parseEntry(v)
+	en, err := parseEntry(v)
 	if err != nil {
 		return entry{}, false, fmt.Errorf("catalog entry %q: %w", p, err)
 	}
-	return entry{dir: isDir, size: size, xxh64: sum}, true, nil
+	if en.Kind == EntrySymlink {
+		return entry{}, false, nil // not carried across the filter's edge (see treeView)
+	}
+	return entry{dir: en.Kind == EntryDir, size: en.Size, xxh64: en.XXH64}, true, nil
 }
 
 func (c catView) walk(p string, fn func(rel string, e entry) error) error {
@@ -372,11 +377,14 @@ func (c catView) walk(p string, fn func(rel string, e entry) error) error {
 	prefix := []byte(p + "/")
 	cur := c.a.b.Cursor()
 	for k, v := cur.Seek(prefix); k != nil && strings.HasPrefix(string(k), string(prefix)); k, v = cur.Next() {
-		isDir, size, sum, err := parseEntry(v)
+		en, err := parseEntry(v)
 		if err != nil {
 			return fmt.Errorf("catalog entry %q: %w", k, err)
 		}
-		if err := fn(string(k[len(p):]), entry{dir: isDir, size: size, xxh64: sum}); err != nil {
+		if en.Kind == EntrySymlink {
+			continue // not carried across the filter's edge (see treeView)
+		}
+		if err := fn(string(k[len(p):]), entry{dir: en.Kind == EntryDir, size: en.Size, xxh64: en.XXH64}); err != nil {
 			return err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/cmfs-project/cmfs/internal/rpcerr"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
+	"github.com/cmfs-project/cmfs/slot"
 )
 
 // Errors returned by the package, on the server and, through the status
@@ -66,6 +67,7 @@ func (e *insecureError) Unwrap() error { return ErrInsecure }
 // errorCodes is how the package's errors travel to the client.
 var errorCodes = rpcerr.Map{
 	{Err: ErrInvalid, Code: codes.InvalidArgument},
+	{Err: slot.ErrNotFound, Code: codes.FailedPrecondition},
 	{Err: ErrRefused, Code: codes.PermissionDenied},
 	{Err: ErrNotFound, Code: codes.NotFound},
 	{Err: journal.ErrCorrupt, Code: codes.DataLoss},

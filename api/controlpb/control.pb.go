@@ -385,8 +385,11 @@ type GCRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// retain_seconds is the retention; 0 means the mount's configured one.
 	RetainSeconds int64 `protobuf:"varint,1,opt,name=retain_seconds,json=retainSeconds,proto3" json:"retain_seconds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// retain_max_seconds bounds how long an entry a slot needs is kept past
+	// the retention; 0 means the default (7 days).
+	RetainMaxSeconds int64 `protobuf:"varint,2,opt,name=retain_max_seconds,json=retainMaxSeconds,proto3" json:"retain_max_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GCRequest) Reset() {
@@ -426,10 +429,22 @@ func (x *GCRequest) GetRetainSeconds() int64 {
 	return 0
 }
 
+func (x *GCRequest) GetRetainMaxSeconds() int64 {
+	if x != nil {
+		return x.RetainMaxSeconds
+	}
+	return 0
+}
+
 type GCResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Removed       int64                  `protobuf:"varint,1,opt,name=removed,proto3" json:"removed,omitempty"`
-	Bytes         int64                  `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Removed int64                  `protobuf:"varint,1,opt,name=removed,proto3" json:"removed,omitempty"`
+	Bytes   int64                  `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// pinned counts the entries past the retention kept for slots.
+	Pinned      int64 `protobuf:"varint,3,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	PinnedBytes int64 `protobuf:"varint,4,opt,name=pinned_bytes,json=pinnedBytes,proto3" json:"pinned_bytes,omitempty"`
+	// horizon: every entry gc ever removed is named only by events up to it.
+	Horizon       uint64 `protobuf:"varint,5,opt,name=horizon,proto3" json:"horizon,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -474,6 +489,27 @@ func (x *GCResponse) GetRemoved() int64 {
 func (x *GCResponse) GetBytes() int64 {
 	if x != nil {
 		return x.Bytes
+	}
+	return 0
+}
+
+func (x *GCResponse) GetPinned() int64 {
+	if x != nil {
+		return x.Pinned
+	}
+	return 0
+}
+
+func (x *GCResponse) GetPinnedBytes() int64 {
+	if x != nil {
+		return x.PinnedBytes
+	}
+	return 0
+}
+
+func (x *GCResponse) GetHorizon() uint64 {
+	if x != nil {
+		return x.Horizon
 	}
 	return 0
 }
@@ -643,13 +679,17 @@ const file_control_proto_rawDesc = "" +
 	"referenced\x12\x1a\n" +
 	"\brepaired\x18\a \x01(\bR\brepaired\x12\x1c\n" +
 	"\tremaining\x18\b \x03(\tR\tremaining\x12\x18\n" +
-	"\aexpired\x18\t \x03(\tR\aexpired\"2\n" +
+	"\aexpired\x18\t \x03(\tR\aexpired\"`\n" +
 	"\tGCRequest\x12%\n" +
-	"\x0eretain_seconds\x18\x01 \x01(\x03R\rretainSeconds\"<\n" +
+	"\x0eretain_seconds\x18\x01 \x01(\x03R\rretainSeconds\x12,\n" +
+	"\x12retain_max_seconds\x18\x02 \x01(\x03R\x10retainMaxSeconds\"\x91\x01\n" +
 	"\n" +
 	"GCResponse\x12\x18\n" +
 	"\aremoved\x18\x01 \x01(\x03R\aremoved\x12\x14\n" +
-	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\"#\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x16\n" +
+	"\x06pinned\x18\x03 \x01(\x03R\x06pinned\x12!\n" +
+	"\fpinned_bytes\x18\x04 \x01(\x03R\vpinnedBytes\x12\x18\n" +
+	"\ahorizon\x18\x05 \x01(\x04R\ahorizon\"#\n" +
 	"\rLookupRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\xb9\x01\n" +
 	"\x05Entry\x12\x12\n" +

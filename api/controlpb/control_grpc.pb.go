@@ -46,7 +46,8 @@ type ControlClient interface {
 	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[eventpb.Event], error)
 	// Fsck checks cmroot against the journal, repairing with repair.
 	Fsck(ctx context.Context, in *FsckRequest, opts ...grpc.CallOption) (*FsckResponse, error)
-	// GC removes cmroot entries older than the retention.
+	// GC removes cmroot entries older than the retention, except those a
+	// replication slot (STATE/slots.json) still needs, up to retain_max.
 	GC(ctx context.Context, in *GCRequest, opts ...grpc.CallOption) (*GCResponse, error)
 	// Lookup returns where a cmroot entry lives, so a client on the same
 	// host (restore) can read the preserved original directly.
@@ -133,7 +134,8 @@ type ControlServer interface {
 	Events(*EventsRequest, grpc.ServerStreamingServer[eventpb.Event]) error
 	// Fsck checks cmroot against the journal, repairing with repair.
 	Fsck(context.Context, *FsckRequest) (*FsckResponse, error)
-	// GC removes cmroot entries older than the retention.
+	// GC removes cmroot entries older than the retention, except those a
+	// replication slot (STATE/slots.json) still needs, up to retain_max.
 	GC(context.Context, *GCRequest) (*GCResponse, error)
 	// Lookup returns where a cmroot entry lives, so a client on the same
 	// host (restore) can read the preserved original directly.

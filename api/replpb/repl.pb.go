@@ -30,6 +30,437 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ConfirmRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// slot is the replication slot's name; empty: check only.
+	Slot          string `protobuf:"bytes,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	Position      uint64 `protobuf:"varint,2,opt,name=position,proto3" json:"position,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfirmRequest) Reset() {
+	*x = ConfirmRequest{}
+	mi := &file_repl_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfirmRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfirmRequest) ProtoMessage() {}
+
+func (x *ConfirmRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_repl_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfirmRequest.ProtoReflect.Descriptor instead.
+func (*ConfirmRequest) Descriptor() ([]byte, []int) {
+	return file_repl_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ConfirmRequest) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *ConfirmRequest) GetPosition() uint64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+type ConfirmResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lost_event is the first event after position that needs content gc
+	// removed from cmroot (0: none); lost_type its type, lost_path the file,
+	// lost_cm the removed entry, removed_by the event that preserved it.
+	LostEvent uint64 `protobuf:"varint,1,opt,name=lost_event,json=lostEvent,proto3" json:"lost_event,omitempty"`
+	LostType  string `protobuf:"bytes,2,opt,name=lost_type,json=lostType,proto3" json:"lost_type,omitempty"`
+	LostPath  string `protobuf:"bytes,3,opt,name=lost_path,json=lostPath,proto3" json:"lost_path,omitempty"`
+	LostCm    string `protobuf:"bytes,4,opt,name=lost_cm,json=lostCm,proto3" json:"lost_cm,omitempty"`
+	RemovedBy uint64 `protobuf:"varint,5,opt,name=removed_by,json=removedBy,proto3" json:"removed_by,omitempty"`
+	// horizon: every entry gc removed is named only by events up to it.
+	Horizon uint64 `protobuf:"varint,6,opt,name=horizon,proto3" json:"horizon,omitempty"`
+	// state is the source's state directory (for the re-bootstrap hint).
+	State         string `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfirmResponse) Reset() {
+	*x = ConfirmResponse{}
+	mi := &file_repl_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfirmResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfirmResponse) ProtoMessage() {}
+
+func (x *ConfirmResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_repl_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfirmResponse.ProtoReflect.Descriptor instead.
+func (*ConfirmResponse) Descriptor() ([]byte, []int) {
+	return file_repl_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ConfirmResponse) GetLostEvent() uint64 {
+	if x != nil {
+		return x.LostEvent
+	}
+	return 0
+}
+
+func (x *ConfirmResponse) GetLostType() string {
+	if x != nil {
+		return x.LostType
+	}
+	return ""
+}
+
+func (x *ConfirmResponse) GetLostPath() string {
+	if x != nil {
+		return x.LostPath
+	}
+	return ""
+}
+
+func (x *ConfirmResponse) GetLostCm() string {
+	if x != nil {
+		return x.LostCm
+	}
+	return ""
+}
+
+func (x *ConfirmResponse) GetRemovedBy() uint64 {
+	if x != nil {
+		return x.RemovedBy
+	}
+	return 0
+}
+
+func (x *ConfirmResponse) GetHorizon() uint64 {
+	if x != nil {
+		return x.Horizon
+	}
+	return 0
+}
+
+func (x *ConfirmResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+type SlotsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotsRequest) Reset() {
+	*x = SlotsRequest{}
+	mi := &file_repl_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotsRequest) ProtoMessage() {}
+
+func (x *SlotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_repl_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotsRequest.ProtoReflect.Descriptor instead.
+func (*SlotsRequest) Descriptor() ([]byte, []int) {
+	return file_repl_proto_rawDescGZIP(), []int{2}
+}
+
+type SlotInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// position is the last event the destination applied.
+	Position uint64 `protobuf:"varint,2,opt,name=position,proto3" json:"position,omitempty"`
+	// lag is how many events the source has past position.
+	Lag uint64 `protobuf:"varint,3,opt,name=lag,proto3" json:"lag,omitempty"`
+	// lost: behind what gc kept; it pins nothing until bootstrapped again.
+	Lost bool `protobuf:"varint,4,opt,name=lost,proto3" json:"lost,omitempty"`
+	// pinned_entries, pinned_bytes: the cmroot entries events after
+	// position name.
+	PinnedEntries   int64 `protobuf:"varint,5,opt,name=pinned_entries,json=pinnedEntries,proto3" json:"pinned_entries,omitempty"`
+	PinnedBytes     int64 `protobuf:"varint,6,opt,name=pinned_bytes,json=pinnedBytes,proto3" json:"pinned_bytes,omitempty"`
+	CreatedUnixNano int64 `protobuf:"varint,7,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
+	UpdatedUnixNano int64 `protobuf:"varint,8,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SlotInfo) Reset() {
+	*x = SlotInfo{}
+	mi := &file_repl_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotInfo) ProtoMessage() {}
+
+func (x *SlotInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_repl_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotInfo.ProtoReflect.Descriptor instead.
+func (*SlotInfo) Descriptor() ([]byte, []int) {
+	return file_repl_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SlotInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SlotInfo) GetPosition() uint64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *SlotInfo) GetLag() uint64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+func (x *SlotInfo) GetLost() bool {
+	if x != nil {
+		return x.Lost
+	}
+	return false
+}
+
+func (x *SlotInfo) GetPinnedEntries() int64 {
+	if x != nil {
+		return x.PinnedEntries
+	}
+	return 0
+}
+
+func (x *SlotInfo) GetPinnedBytes() int64 {
+	if x != nil {
+		return x.PinnedBytes
+	}
+	return 0
+}
+
+func (x *SlotInfo) GetCreatedUnixNano() int64 {
+	if x != nil {
+		return x.CreatedUnixNano
+	}
+	return 0
+}
+
+func (x *SlotInfo) GetUpdatedUnixNano() int64 {
+	if x != nil {
+		return x.UpdatedUnixNano
+	}
+	return 0
+}
+
+type SlotsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Slots         []*SlotInfo            `protobuf:"bytes,1,rep,name=slots,proto3" json:"slots,omitempty"`
+	Horizon       uint64                 `protobuf:"varint,2,opt,name=horizon,proto3" json:"horizon,omitempty"`
+	LastEventId   uint64                 `protobuf:"varint,3,opt,name=last_event_id,json=lastEventId,proto3" json:"last_event_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotsResponse) Reset() {
+	*x = SlotsResponse{}
+	mi := &file_repl_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotsResponse) ProtoMessage() {}
+
+func (x *SlotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_repl_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotsResponse.ProtoReflect.Descriptor instead.
+func (*SlotsResponse) Descriptor() ([]byte, []int) {
+	return file_repl_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SlotsResponse) GetSlots() []*SlotInfo {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *SlotsResponse) GetHorizon() uint64 {
+	if x != nil {
+		return x.Horizon
+	}
+	return 0
+}
+
+func (x *SlotsResponse) GetLastEventId() uint64 {
+	if x != nil {
+		return x.LastEventId
+	}
+	return 0
+}
+
+type DropSlotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropSlotRequest) Reset() {
+	*x = DropSlotRequest{}
+	mi := &file_repl_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropSlotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropSlotRequest) ProtoMessage() {}
+
+func (x *DropSlotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_repl_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropSlotRequest.ProtoReflect.Descriptor instead.
+func (*DropSlotRequest) Descriptor() ([]byte, []int) {
+	return file_repl_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DropSlotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DropSlotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropSlotResponse) Reset() {
+	*x = DropSlotResponse{}
+	mi := &file_repl_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropSlotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropSlotResponse) ProtoMessage() {}
+
+func (x *DropSlotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_repl_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropSlotResponse.ProtoReflect.Descriptor instead.
+func (*DropSlotResponse) Descriptor() ([]byte, []int) {
+	return file_repl_proto_rawDescGZIP(), []int{6}
+}
+
 type ReadFileRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// path is relative to the warehouse root, slash-separated. Empty: read
@@ -58,7 +489,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_repl_proto_msgTypes[0]
+	mi := &file_repl_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -70,7 +501,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repl_proto_msgTypes[0]
+	mi := &file_repl_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -83,7 +514,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_repl_proto_rawDescGZIP(), []int{0}
+	return file_repl_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReadFileRequest) GetPath() string {
@@ -152,7 +583,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_repl_proto_msgTypes[1]
+	mi := &file_repl_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -164,7 +595,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_repl_proto_msgTypes[1]
+	mi := &file_repl_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -177,7 +608,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_repl_proto_rawDescGZIP(), []int{1}
+	return file_repl_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Chunk) GetData() []byte {
@@ -219,7 +650,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_repl_proto_msgTypes[2]
+	mi := &file_repl_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +662,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repl_proto_msgTypes[2]
+	mi := &file_repl_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +675,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_repl_proto_rawDescGZIP(), []int{2}
+	return file_repl_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EventsRequest) GetFrom() uint64 {
@@ -276,7 +707,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_repl_proto_msgTypes[3]
+	mi := &file_repl_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -288,7 +719,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_repl_proto_msgTypes[3]
+	mi := &file_repl_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -301,7 +732,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_repl_proto_rawDescGZIP(), []int{3}
+	return file_repl_proto_rawDescGZIP(), []int{10}
 }
 
 type StatusResponse struct {
@@ -319,7 +750,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_repl_proto_msgTypes[4]
+	mi := &file_repl_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -331,7 +762,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_repl_proto_msgTypes[4]
+	mi := &file_repl_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -344,7 +775,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_repl_proto_rawDescGZIP(), []int{4}
+	return file_repl_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StatusResponse) GetSourceId() string {
@@ -380,7 +811,37 @@ var File_repl_proto protoreflect.FileDescriptor
 const file_repl_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"repl.proto\x12\fcmfs.repl.v1\x1a\vevent.proto\"\xc6\x01\n" +
+	"repl.proto\x12\fcmfs.repl.v1\x1a\vevent.proto\"@\n" +
+	"\x0eConfirmRequest\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\tR\x04slot\x12\x1a\n" +
+	"\bposition\x18\x02 \x01(\x04R\bposition\"\xd2\x01\n" +
+	"\x0fConfirmResponse\x12\x1d\n" +
+	"\n" +
+	"lost_event\x18\x01 \x01(\x04R\tlostEvent\x12\x1b\n" +
+	"\tlost_type\x18\x02 \x01(\tR\blostType\x12\x1b\n" +
+	"\tlost_path\x18\x03 \x01(\tR\blostPath\x12\x17\n" +
+	"\alost_cm\x18\x04 \x01(\tR\x06lostCm\x12\x1d\n" +
+	"\n" +
+	"removed_by\x18\x05 \x01(\x04R\tremovedBy\x12\x18\n" +
+	"\ahorizon\x18\x06 \x01(\x04R\ahorizon\x12\x14\n" +
+	"\x05state\x18\a \x01(\tR\x05state\"\x0e\n" +
+	"\fSlotsRequest\"\x82\x02\n" +
+	"\bSlotInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bposition\x18\x02 \x01(\x04R\bposition\x12\x10\n" +
+	"\x03lag\x18\x03 \x01(\x04R\x03lag\x12\x12\n" +
+	"\x04lost\x18\x04 \x01(\bR\x04lost\x12%\n" +
+	"\x0epinned_entries\x18\x05 \x01(\x03R\rpinnedEntries\x12!\n" +
+	"\fpinned_bytes\x18\x06 \x01(\x03R\vpinnedBytes\x12*\n" +
+	"\x11created_unix_nano\x18\a \x01(\x03R\x0fcreatedUnixNano\x12*\n" +
+	"\x11updated_unix_nano\x18\b \x01(\x03R\x0fupdatedUnixNano\"{\n" +
+	"\rSlotsResponse\x12,\n" +
+	"\x05slots\x18\x01 \x03(\v2\x16.cmfs.repl.v1.SlotInfoR\x05slots\x12\x18\n" +
+	"\ahorizon\x18\x02 \x01(\x04R\ahorizon\x12\"\n" +
+	"\rlast_event_id\x18\x03 \x01(\x04R\vlastEventId\"%\n" +
+	"\x0fDropSlotRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x12\n" +
+	"\x10DropSlotResponse\"\xc6\x01\n" +
 	"\x0fReadFileRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x14\n" +
@@ -405,11 +866,14 @@ const file_repl_proto_rawDesc = "" +
 	"\tsource_id\x18\x01 \x01(\tR\bsourceId\x12\"\n" +
 	"\rlast_event_id\x18\x02 \x01(\x04R\vlastEventId\x12\x18\n" +
 	"\abacking\x18\x03 \x01(\tR\abacking\x12\x18\n" +
-	"\amounted\x18\x04 \x01(\bR\amounted2\xce\x01\n" +
+	"\amounted\x18\x04 \x01(\bR\amounted2\xa3\x03\n" +
 	"\x06Source\x12@\n" +
 	"\bReadFile\x12\x1d.cmfs.repl.v1.ReadFileRequest\x1a\x13.cmfs.repl.v1.Chunk0\x01\x12=\n" +
 	"\x06Events\x12\x1b.cmfs.repl.v1.EventsRequest\x1a\x14.cmfs.event.v1.Event0\x01\x12C\n" +
-	"\x06Status\x12\x1b.cmfs.repl.v1.StatusRequest\x1a\x1c.cmfs.repl.v1.StatusResponseB)Z'github.com/cmfs-project/cmfs/api/replpbb\x06proto3"
+	"\x06Status\x12\x1b.cmfs.repl.v1.StatusRequest\x1a\x1c.cmfs.repl.v1.StatusResponse\x12F\n" +
+	"\aConfirm\x12\x1c.cmfs.repl.v1.ConfirmRequest\x1a\x1d.cmfs.repl.v1.ConfirmResponse\x12@\n" +
+	"\x05Slots\x12\x1a.cmfs.repl.v1.SlotsRequest\x1a\x1b.cmfs.repl.v1.SlotsResponse\x12I\n" +
+	"\bDropSlot\x12\x1d.cmfs.repl.v1.DropSlotRequest\x1a\x1e.cmfs.repl.v1.DropSlotResponseB)Z'github.com/cmfs-project/cmfs/api/replpbb\x06proto3"
 
 var (
 	file_repl_proto_rawDescOnce sync.Once
@@ -423,27 +887,41 @@ func file_repl_proto_rawDescGZIP() []byte {
 	return file_repl_proto_rawDescData
 }
 
-var file_repl_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_repl_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_repl_proto_goTypes = []any{
-	(*ReadFileRequest)(nil), // 0: cmfs.repl.v1.ReadFileRequest
-	(*Chunk)(nil),           // 1: cmfs.repl.v1.Chunk
-	(*EventsRequest)(nil),   // 2: cmfs.repl.v1.EventsRequest
-	(*StatusRequest)(nil),   // 3: cmfs.repl.v1.StatusRequest
-	(*StatusResponse)(nil),  // 4: cmfs.repl.v1.StatusResponse
-	(*eventpb.Event)(nil),   // 5: cmfs.event.v1.Event
+	(*ConfirmRequest)(nil),   // 0: cmfs.repl.v1.ConfirmRequest
+	(*ConfirmResponse)(nil),  // 1: cmfs.repl.v1.ConfirmResponse
+	(*SlotsRequest)(nil),     // 2: cmfs.repl.v1.SlotsRequest
+	(*SlotInfo)(nil),         // 3: cmfs.repl.v1.SlotInfo
+	(*SlotsResponse)(nil),    // 4: cmfs.repl.v1.SlotsResponse
+	(*DropSlotRequest)(nil),  // 5: cmfs.repl.v1.DropSlotRequest
+	(*DropSlotResponse)(nil), // 6: cmfs.repl.v1.DropSlotResponse
+	(*ReadFileRequest)(nil),  // 7: cmfs.repl.v1.ReadFileRequest
+	(*Chunk)(nil),            // 8: cmfs.repl.v1.Chunk
+	(*EventsRequest)(nil),    // 9: cmfs.repl.v1.EventsRequest
+	(*StatusRequest)(nil),    // 10: cmfs.repl.v1.StatusRequest
+	(*StatusResponse)(nil),   // 11: cmfs.repl.v1.StatusResponse
+	(*eventpb.Event)(nil),    // 12: cmfs.event.v1.Event
 }
 var file_repl_proto_depIdxs = []int32{
-	0, // 0: cmfs.repl.v1.Source.ReadFile:input_type -> cmfs.repl.v1.ReadFileRequest
-	2, // 1: cmfs.repl.v1.Source.Events:input_type -> cmfs.repl.v1.EventsRequest
-	3, // 2: cmfs.repl.v1.Source.Status:input_type -> cmfs.repl.v1.StatusRequest
-	1, // 3: cmfs.repl.v1.Source.ReadFile:output_type -> cmfs.repl.v1.Chunk
-	5, // 4: cmfs.repl.v1.Source.Events:output_type -> cmfs.event.v1.Event
-	4, // 5: cmfs.repl.v1.Source.Status:output_type -> cmfs.repl.v1.StatusResponse
-	3, // [3:6] is the sub-list for method output_type
-	0, // [0:3] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	3,  // 0: cmfs.repl.v1.SlotsResponse.slots:type_name -> cmfs.repl.v1.SlotInfo
+	7,  // 1: cmfs.repl.v1.Source.ReadFile:input_type -> cmfs.repl.v1.ReadFileRequest
+	9,  // 2: cmfs.repl.v1.Source.Events:input_type -> cmfs.repl.v1.EventsRequest
+	10, // 3: cmfs.repl.v1.Source.Status:input_type -> cmfs.repl.v1.StatusRequest
+	0,  // 4: cmfs.repl.v1.Source.Confirm:input_type -> cmfs.repl.v1.ConfirmRequest
+	2,  // 5: cmfs.repl.v1.Source.Slots:input_type -> cmfs.repl.v1.SlotsRequest
+	5,  // 6: cmfs.repl.v1.Source.DropSlot:input_type -> cmfs.repl.v1.DropSlotRequest
+	8,  // 7: cmfs.repl.v1.Source.ReadFile:output_type -> cmfs.repl.v1.Chunk
+	12, // 8: cmfs.repl.v1.Source.Events:output_type -> cmfs.event.v1.Event
+	11, // 9: cmfs.repl.v1.Source.Status:output_type -> cmfs.repl.v1.StatusResponse
+	1,  // 10: cmfs.repl.v1.Source.Confirm:output_type -> cmfs.repl.v1.ConfirmResponse
+	4,  // 11: cmfs.repl.v1.Source.Slots:output_type -> cmfs.repl.v1.SlotsResponse
+	6,  // 12: cmfs.repl.v1.Source.DropSlot:output_type -> cmfs.repl.v1.DropSlotResponse
+	7,  // [7:13] is the sub-list for method output_type
+	1,  // [1:7] is the sub-list for method input_type
+	1,  // [1:1] is the sub-list for extension type_name
+	1,  // [1:1] is the sub-list for extension extendee
+	0,  // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_repl_proto_init() }
@@ -457,7 +935,7 @@ func file_repl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_repl_proto_rawDesc), len(file_repl_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,9 @@ const (
 	Source_ReadFile_FullMethodName = "/cmfs.repl.v1.Source/ReadFile"
 	Source_Events_FullMethodName   = "/cmfs.repl.v1.Source/Events"
 	Source_Status_FullMethodName   = "/cmfs.repl.v1.Source/Status"
+	Source_Confirm_FullMethodName  = "/cmfs.repl.v1.Source/Confirm"
+	Source_Slots_FullMethodName    = "/cmfs.repl.v1.Source/Slots"
+	Source_DropSlot_FullMethodName = "/cmfs.repl.v1.Source/DropSlot"
 )
 
 // SourceClient is the client API for Source service.
@@ -54,6 +57,19 @@ type SourceClient interface {
 	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[eventpb.Event], error)
 	// Status describes the source.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Confirm tells the source how far a destination has loaded: position
+	// is its last applied event. With slot set, that replication slot is
+	// registered (if new) and moved to position, so that the source's gc
+	// keeps every cmroot entry the events after it name (up to its
+	// --retain-max). Either way the answer says whether every event after
+	// position can still be reproduced: lost_event is the first that cannot
+	// (0: all can). Errors: InvalidArgument (a bad slot name).
+	Confirm(ctx context.Context, in *ConfirmRequest, opts ...grpc.CallOption) (*ConfirmResponse, error)
+	// Slots lists the replication slots, their lag and what they pin.
+	Slots(ctx context.Context, in *SlotsRequest, opts ...grpc.CallOption) (*SlotsResponse, error)
+	// DropSlot removes a slot: what it pinned is left to the retention.
+	// Errors: FailedPrecondition (no such slot).
+	DropSlot(ctx context.Context, in *DropSlotRequest, opts ...grpc.CallOption) (*DropSlotResponse, error)
 }
 
 type sourceClient struct {
@@ -112,6 +128,36 @@ func (c *sourceClient) Status(ctx context.Context, in *StatusRequest, opts ...gr
 	return out, nil
 }
 
+func (c *sourceClient) Confirm(ctx context.Context, in *ConfirmRequest, opts ...grpc.CallOption) (*ConfirmResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConfirmResponse)
+	err := c.cc.Invoke(ctx, Source_Confirm_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sourceClient) Slots(ctx context.Context, in *SlotsRequest, opts ...grpc.CallOption) (*SlotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SlotsResponse)
+	err := c.cc.Invoke(ctx, Source_Slots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sourceClient) DropSlot(ctx context.Context, in *DropSlotRequest, opts ...grpc.CallOption) (*DropSlotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DropSlotResponse)
+	err := c.cc.Invoke(ctx, Source_DropSlot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SourceServer is the server API for Source service.
 // All implementations must embed UnimplementedSourceServer
 // for forward compatibility.
@@ -133,6 +179,19 @@ type SourceServer interface {
 	Events(*EventsRequest, grpc.ServerStreamingServer[eventpb.Event]) error
 	// Status describes the source.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// Confirm tells the source how far a destination has loaded: position
+	// is its last applied event. With slot set, that replication slot is
+	// registered (if new) and moved to position, so that the source's gc
+	// keeps every cmroot entry the events after it name (up to its
+	// --retain-max). Either way the answer says whether every event after
+	// position can still be reproduced: lost_event is the first that cannot
+	// (0: all can). Errors: InvalidArgument (a bad slot name).
+	Confirm(context.Context, *ConfirmRequest) (*ConfirmResponse, error)
+	// Slots lists the replication slots, their lag and what they pin.
+	Slots(context.Context, *SlotsRequest) (*SlotsResponse, error)
+	// DropSlot removes a slot: what it pinned is left to the retention.
+	// Errors: FailedPrecondition (no such slot).
+	DropSlot(context.Context, *DropSlotRequest) (*DropSlotResponse, error)
 	mustEmbedUnimplementedSourceServer()
 }
 
@@ -151,6 +210,15 @@ func (UnimplementedSourceServer) Events(*EventsRequest, grpc.ServerStreamingServ
 }
 func (UnimplementedSourceServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedSourceServer) Confirm(context.Context, *ConfirmRequest) (*ConfirmResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Confirm not implemented")
+}
+func (UnimplementedSourceServer) Slots(context.Context, *SlotsRequest) (*SlotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Slots not implemented")
+}
+func (UnimplementedSourceServer) DropSlot(context.Context, *DropSlotRequest) (*DropSlotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DropSlot not implemented")
 }
 func (UnimplementedSourceServer) mustEmbedUnimplementedSourceServer() {}
 func (UnimplementedSourceServer) testEmbeddedByValue()                {}
@@ -213,6 +281,60 @@ func _Source_Status_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Source_Confirm_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfirmRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SourceServer).Confirm(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Source_Confirm_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SourceServer).Confirm(ctx, req.(*ConfirmRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Source_Slots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SlotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SourceServer).Slots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Source_Slots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SourceServer).Slots(ctx, req.(*SlotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Source_DropSlot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DropSlotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SourceServer).DropSlot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Source_DropSlot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SourceServer).DropSlot(ctx, req.(*DropSlotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Source_ServiceDesc is the grpc.ServiceDesc for Source service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -223,6 +345,18 @@ var Source_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Source_Status_Handler,
+		},
+		{
+			MethodName: "Confirm",
+			Handler:    _Source_Confirm_Handler,
+		},
+		{
+			MethodName: "Slots",
+			Handler:    _Source_Slots_Handler,
+		},
+		{
+			MethodName: "DropSlot",
+			Handler:    _Source_DropSlot_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -19,7 +19,7 @@ func newStatusCmd(g *globalOptions) *cobra.Command {
 	var opts statusOptions
 	cmd := &cobra.Command{
 		Use:   "status [--state DIR | BACKING] [--json]",
-		Short: "Show whether it is mounted, the last event and cmroot usage",
+		Short: "Show whether it is mounted, the last event, cmroot usage and replication slots",
 		Example: `  cmfs status /data/warehouse
   cmfs status --state /var/lib/cmfs --json`,
 		Args: cobra.MaximumNArgs(1),
@@ -43,6 +43,10 @@ type statusReport struct {
 	LastEventID uint64 `json:"last_event_id"`
 	CMEntries   int    `json:"cm_entries"`
 	CMBytes     int64  `json:"cm_bytes"`
+	// Slots are the replication slots; SlotHorizon the newest event
+	// naming an entry gc removed (slot.State.Horizon).
+	Slots       []slotReport `json:"slots"`
+	SlotHorizon uint64       `json:"slot_horizon"`
 }
 
 func runStatus(ctx context.Context, g *globalOptions, opts statusOptions, args []string) error {
@@ -52,7 +56,7 @@ func runStatus(ctx context.Context, g *globalOptions, opts statusOptions, args [
 	}
 	var r statusReport
 	if c, st := live(ctx, t); c != nil {
-		c.Close()
+		defer c.Close()
 		r = statusReport{
 			Mounted:     true,
 			Mountpoint:  st.Mountpoint,
@@ -63,6 +67,9 @@ func runStatus(ctx context.Context, g *globalOptions, opts statusOptions, args [
 			LastEventID: st.LastEventID,
 			CMEntries:   st.CMEntries,
 			CMBytes:     st.CMBytes,
+		}
+		if r.Slots, r.SlotHorizon, err = readSlots(ctx, t, c, nil, r.LastEventID); err != nil {
+			return err
 		}
 	} else {
 		off, err := openOffline(t)
@@ -77,6 +84,9 @@ func runStatus(ctx context.Context, g *globalOptions, opts statusOptions, args [
 			LastEventID: off.j.Last(),
 		}
 		r.CMEntries, r.CMBytes = off.store.Stats()
+		if r.Slots, r.SlotHorizon, err = readSlots(ctx, t, nil, off.j, r.LastEventID); err != nil {
+			return err
+		}
 	}
 	if opts.json {
 		b, err := json.Marshal(r)
@@ -97,5 +107,6 @@ func runStatus(ctx context.Context, g *globalOptions, opts statusOptions, args [
 	fmt.Fprintf(w, "cmroot:     %s\n", r.CMRoot)
 	fmt.Fprintf(w, "last event: %d\n", r.LastEventID)
 	fmt.Fprintf(w, "cm entries: %d (%s)\n", r.CMEntries, cli.Bytes(r.CMBytes))
+	printSlots(w, r.Slots, r.SlotHorizon)
 	return nil
 }

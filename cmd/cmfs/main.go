@@ -42,6 +42,7 @@ directory, BACKING/.cmfs by default.`,
 		newFsckCmd(g),
 		newGCCmd(g),
 		newStatusCmd(g),
+		newSlotsCmd(g),
 	)
 	return root
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/cmfs-project/cmfs/internal/backoff"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
+	"github.com/cmfs-project/cmfs/slot"
 	"github.com/cmfs-project/cmfs/source"
 )
 
@@ -24,6 +25,8 @@ type followOptions struct {
 	target   string
 	interval time.Duration
 	metrics  string
+	slot     string
+	noSlot   bool
 	tls      tlsFlags
 }
 
@@ -56,7 +59,18 @@ failure is a line on stderr (once per distinct error, and at the 2nd,
 4th, 8th… in a row), counts in the metrics, and shows in 'replicad
 status --target' while it lasts. SIGINT or SIGTERM stop it between or
 within rounds, leaving the target at the last event
-applied; exit 0.`,
+applied; exit 0.
+
+It keeps a replication slot on the source (--slot NAME, default
+HOST:TARGET): the source's gc keeps every preserved original the events
+past the target's last one need, however long the follow is stopped, up to
+the source's 'cmfs gc --retain-max' (7 days by default). Each round tells
+the source how far the target got. A target that fell behind what the
+source kept (no slot, or past --retain-max) is refused with one line
+naming the first event it can no longer reproduce and how to bootstrap it
+again, and following ends there (exit 1): no retry can bring those
+originals back. --no-slot follows without a slot (the source's retention
+alone).`,
 		Example: `  replicad follow --source 127.0.0.1:9860 --target /replica
   replicad follow --source 127.0.0.1:9860 --target /replica --metrics 127.0.0.1:9861`,
 		Args: cobra.NoArgs,
@@ -69,6 +83,8 @@ applied; exit 0.`,
 	f.StringVar(&opts.target, "target", "", "the destination warehouse `DIR`")
 	f.DurationVar(&opts.interval, "interval", time.Second, "poll the source at least this often")
 	f.StringVar(&opts.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (default: off)")
+	f.StringVar(&opts.slot, "slot", "", "the replication slot's `NAME` on the source (default: HOST:TARGET)")
+	f.BoolVar(&opts.noSlot, "no-slot", false, "follow without a replication slot")
 	opts.tls.register(f, "client")
 	return cmd
 }
@@ -95,9 +111,25 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	if opts.interval <= 0 {
 		return fmt.Errorf("--interval %s must be positive", opts.interval)
 	}
+	if opts.noSlot && opts.slot != "" {
+		return errors.New("give --slot NAME or --no-slot, not both")
+	}
 	target, err := makeDirectory("target", opts.target)
 	if err != nil {
 		return err
+	}
+	slotName := opts.slot
+	if slotName == "" && !opts.noSlot {
+		host, err := os.Hostname()
+		if err != nil {
+			host = "localhost"
+		}
+		slotName = host + ":" + target
+	}
+	if slotName != "" {
+		if err := slot.CheckName(slotName); err != nil {
+			return fmt.Errorf("--slot: %w", err)
+		}
 	}
 	if st, _, err := repl.ReadState(target); err != nil {
 		return err
@@ -121,7 +153,7 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	defer client.Close()
 
 	f := &follower{
-		g: g, addr: opts.source, client: client, target: target, work: work,
+		g: g, addr: opts.source, client: client, target: target, work: work, slot: slotName,
 		m: newMetrics(), tty: isTerminal(g.stderr), times: map[uint64]time.Time{},
 	}
 	f.status = followStatus{PID: os.Getpid(), Source: opts.source, State: stateFollowing, Since: time.Now().UTC()}
@@ -153,7 +185,11 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 		})
 		fmt.Fprintf(g.stdout, "metrics on http://%s/metrics\n", lis.Addr())
 	}
-	fmt.Fprintf(g.stdout, "following %s into %s\n", opts.source, target)
+	if slotName != "" {
+		fmt.Fprintf(g.stdout, "following %s into %s (slot %q)\n", opts.source, target, slotName)
+	} else {
+		fmt.Fprintf(g.stdout, "following %s into %s (no slot)\n", opts.source, target)
+	}
 
 	wake := make(chan struct{}, 1)
 	wg.Add(1)
@@ -161,9 +197,10 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 		defer wg.Done()
 		f.watch(ctx, wake)
 	}()
-	f.loop(ctx, opts.interval, wake)
+	err = f.loop(ctx, opts.interval, wake)
 	f.endLine()
-	return nil // interrupted: the only end of follow
+	cancel() // stop the watcher
+	return err // nil when interrupted
 }
 
 // follower is the state of one follow: the source, the target, what it
@@ -178,6 +215,11 @@ type follower struct {
 	tty    bool
 
 	sourceID string
+	// slot is the replication slot's name ("": none); confirmed is the
+	// position the source last confirmed, once confirmedOK.
+	slot        string
+	confirmed   uint64
+	confirmedOK bool
 
 	mu    sync.Mutex
 	times map[uint64]time.Time // event times of the round being loaded
@@ -188,17 +230,22 @@ type follower struct {
 }
 
 // loop runs rounds until ctx ends: right away while the source is ahead,
-// else when woken or every interval. A failed round, whatever failed, is
-// retried with backoff: follow is a daemon, and the target stays at the
-// last event applied, so a retry is always safe.
-func (f *follower) loop(ctx context.Context, interval time.Duration, wake <-chan struct{}) {
+// else when woken or every interval. A failed round is retried with
+// backoff: follow is a daemon, and the target stays at the last event
+// applied, so a retry is always safe. Only a target the source can no
+// longer serve (source.ErrLost: the originals it needs are gone) ends it,
+// with that error.
+func (f *follower) loop(ctx context.Context, interval time.Duration, wake <-chan struct{}) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	b := backoff.Backoff{Min: minBackoff, Max: maxBackoff}
 	for {
 		more, err := f.sync(ctx)
 		if ctx.Err() != nil {
-			return
+			return nil
+		}
+		if errors.Is(err, source.ErrLost) {
+			return err
 		}
 		if err != nil {
 			b.Max = maxBackoff
@@ -208,7 +255,7 @@ func (f *follower) loop(ctx context.Context, interval time.Duration, wake <-chan
 			wait := b.Next()
 			f.failed(err, b.Failures(), wait)
 			if backoff.Sleep(ctx, wait) != nil {
-				return
+				return nil
 			}
 			continue
 		}
@@ -223,7 +270,7 @@ func (f *follower) loop(ctx context.Context, interval time.Duration, wake <-chan
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-wake:
 		case <-tick.C:
 		}
@@ -277,7 +324,12 @@ func (f *follower) sync(ctx context.Context) (more bool, err error) {
 	f.m.update(func(m *metricValues) { m.sourceLast, m.targetLast = last, st.LastReplID })
 	from := st.LastReplID + 1
 	if last < from {
-		return false, nil
+		return false, f.confirm(ctx, st.LastReplID)
+	}
+	// Before a round: the source says if an event the round needs can no
+	// longer be reproduced, and the slot holds what the round needs.
+	if err := f.confirm(ctx, st.LastReplID); err != nil {
+		return false, err
 	}
 	if f.sourceID == "" {
 		s, err := f.client.Status(ctx)
@@ -302,7 +354,36 @@ func (f *follower) sync(ctx context.Context) (more bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	if st, _, err := repl.ReadState(f.target); err == nil {
+		if err := f.confirm(ctx, st.LastReplID); err != nil {
+			return false, err
+		}
+	}
 	return to < last, nil
+}
+
+// confirm tells the source the target's position (moving the slot) when
+// it changed since the last time, and turns a refusal into one line that
+// says how to bootstrap again.
+func (f *follower) confirm(ctx context.Context, pos uint64) error {
+	if f.confirmedOK && f.confirmed == pos {
+		return nil
+	}
+	_, err := f.client.Confirm(ctx, f.slot, pos)
+	var lost *source.LostError
+	if errors.As(err, &lost) {
+		state := lost.State
+		if state == "" {
+			state = "STATE"
+		}
+		return fmt.Errorf("target %s is at event %d and cannot catch up: %w; bootstrap it again: on the source run 'replicad dump --state %s --out DUMPROOT', then 'replicad load --dump DUMPROOT/bootstrap-N --target NEW_DIR --source %s' into a new, empty directory, and follow that",
+			f.target, pos, err, state, f.addr)
+	}
+	if err != nil {
+		return err
+	}
+	f.confirmed, f.confirmedOK = pos, true
+	return nil
 }
 
 // Event implements repl.Progress: event id is applied at the target.

@@ -12,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/cmfs-project/cmfs/container"
@@ -80,7 +83,10 @@ without a new file.
 With --tls-cert, --tls-key and --tls-ca the node speaks mutual TLS 1.3 to
 clients and peers (--tls-allow narrows the peers to some names); without,
 it serves, and dials, loopback addresses only, and says so. --metrics ADDR
-serves the replication metrics (Prometheus) on http://ADDR/metrics.
+serves Prometheus metrics on http://ADDR/metrics: the warehouse's
+replication slots (replicad_slot_*: each destination's position, lag in
+events, and the cmroot entries and bytes it pins) and, with --volume, the
+container replication metrics.
 
 Once it listens it prints "listening on ADDR (...)" (the actual address:
 with port 0, the one picked) and serves until SIGINT or SIGTERM, then
@@ -117,7 +123,7 @@ closes the open container and exits 0.`,
 
 // nodeFlags are the flags that configure the container service.
 var nodeFlags = []string{"node-id", "rack", "container-size", "push", "tls-cert", "tls-key", "tls-ca", "tls-allow",
-	"replication-bandwidth", "replication-concurrency", "metrics", "ingest", "ingest-idle"}
+	"replication-bandwidth", "replication-concurrency", "ingest", "ingest-idle"}
 
 func runServe(ctx context.Context, g *globalOptions, opts serveOptions, _ []string) error {
 	changed := opts.changed
@@ -179,7 +185,35 @@ func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error
 		return fmt.Errorf("listen %s: %w", opts.listen, unwrapOp(err))
 	}
 	cfg := srv.Config()
-	fmt.Fprintf(g.stdout, "listening on %s (warehouse %s, state %s, source %s)\n", lis.Addr(), cfg.Backing, cfg.State, cfg.SourceID)
+	metrics := ""
+	if opts.metrics != "" {
+		mlis, err := net.Listen("tcp", opts.metrics)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("metrics: listen %s: %w", opts.metrics, unwrapOp(err))
+		}
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(&slotCollector{src: srv}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hs.Serve(mlis) // ends with Shutdown below
+		}()
+		context.AfterFunc(ctx, func() {
+			sctx, c := context.WithTimeout(context.Background(), time.Second)
+			defer c()
+			hs.Shutdown(sctx)
+		})
+		metrics = fmt.Sprintf(", metrics http://%s/metrics", mlis.Addr())
+	}
+	fmt.Fprintf(g.stdout, "listening on %s (warehouse %s, state %s, source %s%s)\n", lis.Addr(), cfg.Backing, cfg.State, cfg.SourceID, metrics)
 	return srv.Serve(ctx, lis)
 }
 
@@ -262,6 +296,9 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 		}
 		defer src.Close()
 		src.Register(ctx, node)
+		if err := node.Supervisor().Register(&slotCollector{src: src}); err != nil {
+			return err
+		}
 	}
 	var feed *ingest.Feed
 	if opts.ingest {

@@ -41,6 +41,7 @@ replicates them to peers ('replicad serve --volume', 'replicad container').`,
 		newLoadCmd(g),
 		newStatusCmd(g),
 		newFollowCmd(g),
+		newSlotsCmd(g),
 		newContainerCmd(g),
 	)
 	return root

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"time"
@@ -8,6 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cmfs-project/cmfs/slot"
+	"github.com/cmfs-project/cmfs/source"
 )
 
 // lagBuckets are the upper bounds (seconds) of the follow lag histogram.
@@ -128,4 +132,66 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		buckets[le] = cum
 	}
 	ch <- prometheus.MustNewConstHistogram(descLag, s.lagCount, s.lagSum, buckets)
+}
+
+// slotCollector exposes a source's replication slots: each one's
+// position, lag (events behind) and what it pins. Reading what a slot
+// pins scans the events after it, so a scrape reuses a reading younger
+// than slotMetricsTTL.
+type slotCollector struct {
+	src *source.Server
+
+	mu      sync.Mutex
+	at      time.Time
+	pins    []slot.Pin
+	horizon uint64
+}
+
+const slotMetricsTTL = 10 * time.Second
+
+var (
+	descSlotPosition = prometheus.NewDesc("replicad_slot_position", "Last event the slot's destination applied.", []string{"slot"}, nil)
+	descSlotLag      = prometheus.NewDesc("replicad_slot_lag_events", "Events the source has past the slot's position.", []string{"slot"}, nil)
+	descSlotEntries  = prometheus.NewDesc("replicad_slot_pinned_entries", "cmroot entries the events after the slot's position name (kept by gc up to --retain-max).", []string{"slot"}, nil)
+	descSlotBytes    = prometheus.NewDesc("replicad_slot_pinned_bytes", "Bytes of the cmroot entries the slot pins.", []string{"slot"}, nil)
+	descSlotLost     = prometheus.NewDesc("replicad_slot_lost", "1 when the slot fell behind what gc kept (its destination must be bootstrapped again).", []string{"slot"}, nil)
+	descSlotHorizon  = prometheus.NewDesc("replicad_slot_gc_horizon", "Newest event naming a cmroot entry gc removed.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c *slotCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descSlotPosition, descSlotLag, descSlotEntries, descSlotBytes, descSlotLost, descSlotHorizon} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *slotCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) >= slotMetricsTTL {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		pins, st, _, err := c.src.Pins(ctx)
+		cancel()
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(descSlotHorizon, err)
+			return
+		}
+		c.pins, c.horizon, c.at = pins, st.Horizon, time.Now()
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	gauge(descSlotHorizon, float64(c.horizon))
+	for _, p := range c.pins {
+		lost := 0.0
+		if p.Lost {
+			lost = 1
+		}
+		gauge(descSlotPosition, float64(p.Position), p.Name)
+		gauge(descSlotLag, float64(p.Lag), p.Name)
+		gauge(descSlotEntries, float64(p.Entries), p.Name)
+		gauge(descSlotBytes, float64(p.Bytes), p.Name)
+		gauge(descSlotLost, lost, p.Name)
+	}
 }
