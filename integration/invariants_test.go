@@ -10,58 +10,14 @@ import (
 	"github.com/cmfs-project/cmfs/journal"
 )
 
-// replayJournal folds events into the files and symlinks they describe,
-// as readTree lists them (directories are not tracked). Each event is the
-// last word on the paths it names: content after INSERT, WRITE, TRUNCATE,
-// RESTORE, LINK and a file RENAME (its files without a cmroot name);
-// absence after DELETE, RMDIR and DROP_*; a rename moves everything at
-// and below its path.
+// replayJournal is journal.Replay as readTree lists a tree.
 func replayJournal(evs []journal.Event) tree {
 	tr := tree{}
-	below := func(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
-	remove := func(dir string) {
-		for p := range tr {
-			if below(p, dir) {
-				delete(tr, p)
-			}
-		}
-	}
-	// take removes and returns everything at and below dir, by path
-	// relative to it.
-	take := func(dir string) tree {
-		moved := tree{}
-		for p, e := range tr {
-			if below(p, dir) {
-				moved[strings.TrimPrefix(p, dir)] = e
-				delete(tr, p)
-			}
-		}
-		return moved
-	}
-	put := func(dir string, moved tree) {
-		for suffix, e := range moved {
-			tr[dir+suffix] = e
-		}
-	}
-	for _, ev := range evs {
-		switch ev.Type {
-		case journal.Delete, journal.Rmdir, journal.DropPartition, journal.DropTable, journal.DropDatabase:
-			remove(ev.Path)
-			continue
-		case journal.Rename, journal.RenameTable, journal.RenamePartition, journal.RenameDatabase:
-			a := take(ev.Path)
-			b := take(ev.NewPath)
-			put(ev.NewPath, a)
-			if ev.Target == "exchange" {
-				put(ev.Path, b)
-			}
-		case journal.Symlink:
-			tr[ev.Path] = "symlink -> " + ev.Target
-		}
-		for _, f := range ev.Files {
-			if f.CM == "" {
-				tr[f.Path] = fmt.Sprintf("file %d %s", f.Size, f.XXH64)
-			}
+	for p, w := range journal.Replay(evs) {
+		if w.Symlink {
+			tr[p] = "symlink -> " + w.Target
+		} else {
+			tr[p] = fmt.Sprintf("file %d %s", w.Size, w.XXH64)
 		}
 	}
 	return tr
