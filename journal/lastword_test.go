@@ -7,7 +7,9 @@ import (
 
 func TestReplay(t *testing.T) {
 	file := func(p string, size int64, sum string) File { return File{Path: p, Size: size, XXH64: sum} }
-	orig := func(p string) File { return File{Path: p, Size: 1, XXH64: "0000000000000001", CM: "0000000000000001-1"} }
+	orig := func(p string) File {
+		return File{Path: p, Size: 1, XXH64: "0000000000000001", CM: "0000000000000001-1"}
+	}
 	for _, tc := range []struct {
 		name   string
 		events []Event
