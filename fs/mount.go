@@ -32,12 +32,7 @@ const (
 // server has been unmounted and waited for. cfg must have its defaults
 // filled in (Config.WithDefaults).
 func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (*fuse.Server, error) {
-	core, _, err := protect.Open(context.Background(), protect.Options{
-		Backing: cfg.Backing,
-		State:   cfg.State,
-		Exclude: cfg.Exclude,
-		Hidden:  []string{cfg.State, cfg.CMRoot},
-	}, j, store)
+	core, _, err := protect.Open(context.Background(), cfg.protection(), j, store)
 	if err != nil {
 		return nil, err
 	}
@@ -129,14 +124,19 @@ func (g *gatedFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 // left without their events, for a state directory nothing has mounted:
 // `cmfs fsck --repair` runs it. It returns how many events it journaled.
 func Recover(ctx context.Context, cfg Config, j *journal.Log, store *cmroot.Store) (int, error) {
-	core, n, err := protect.Open(ctx, protect.Options{
-		Backing: cfg.Backing,
-		State:   cfg.State,
-		Exclude: cfg.Exclude,
-		Hidden:  []string{cfg.State, cfg.CMRoot},
-	}, j, store)
+	core, n, err := protect.Open(ctx, cfg.protection(), j, store)
 	if err != nil {
 		return 0, err
 	}
 	return n, core.Close()
+}
+
+// protection is what the protection core is told of cfg.
+func (cfg Config) protection() protect.Options {
+	return protect.Options{
+		Backing: cfg.Backing,
+		State:   cfg.State,
+		Exclude: cfg.Exclude,
+		Hidden:  []string{cfg.State, cfg.CMRoot},
+	}
 }

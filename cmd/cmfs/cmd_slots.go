@@ -58,9 +58,9 @@ func runSlots(ctx context.Context, g *globalOptions, opts slotsOptions, args []s
 		return nil
 	}
 	var r struct {
-		Slots   []slotReport `json:"slots"`
-		Horizon uint64       `json:"horizon"`
-		Last    uint64       `json:"last_event_id"`
+		Slots   []slot.Report `json:"slots"`
+		Horizon uint64        `json:"horizon"`
+		Last    uint64        `json:"last_event_id"`
 	}
 	if c, st := live(ctx, t); c != nil {
 		defer c.Close()
@@ -80,7 +80,7 @@ func runSlots(ctx context.Context, g *globalOptions, opts slotsOptions, args []s
 	}
 	if opts.json {
 		if r.Slots == nil {
-			r.Slots = []slotReport{}
+			r.Slots = []slot.Report{}
 		}
 		b, err := json.Marshal(r)
 		if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/cmfs-project/cmfs/internal/cli"
+	"github.com/cmfs-project/cmfs/slot"
 
 	"context"
 	"encoding/json"
@@ -45,8 +46,8 @@ type statusReport struct {
 	CMBytes     int64  `json:"cm_bytes"`
 	// Slots are the replication slots; SlotHorizon the newest event
 	// naming an entry gc removed (slot.State.Horizon).
-	Slots       []slotReport `json:"slots"`
-	SlotHorizon uint64       `json:"slot_horizon"`
+	Slots       []slot.Report `json:"slots"`
+	SlotHorizon uint64        `json:"slot_horizon"`
 }
 
 func runStatus(ctx context.Context, g *globalOptions, opts statusOptions, args []string) error {

@@ -14,22 +14,10 @@ import (
 	"github.com/cmfs-project/cmfs/slot"
 )
 
-// slotReport is one replication slot as status and slots print it.
-type slotReport struct {
-	Name     string    `json:"name"`
-	Position uint64    `json:"position"`
-	Lag      uint64    `json:"lag"`
-	Lost     bool      `json:"lost"`
-	Entries  int       `json:"pinned_entries"`
-	Bytes    int64     `json:"pinned_bytes"`
-	Created  time.Time `json:"created"`
-	Updated  time.Time `json:"updated"`
-}
-
 // readSlots returns the target's slots with their lag behind last and
 // what they pin, reading the events through the mount (c) or the
 // unmounted journal (j), and the horizon.
-func readSlots(ctx context.Context, t target, c *control.Client, j *journal.Log, last uint64) ([]slotReport, uint64, error) {
+func readSlots(ctx context.Context, t target, c *control.Client, j *journal.Log, last uint64) ([]slot.Report, uint64, error) {
 	st, err := slot.Open(t.state).Load()
 	if err != nil {
 		return nil, 0, err
@@ -53,9 +41,9 @@ func readSlots(ctx context.Context, t target, c *control.Client, j *journal.Log,
 	if err != nil {
 		return nil, 0, err
 	}
-	out := make([]slotReport, 0, len(pins))
+	out := make([]slot.Report, 0, len(pins))
 	for _, p := range pins {
-		out = append(out, slotReport{Name: p.Name, Position: p.Position, Lag: p.Lag, Lost: p.Lost,
+		out = append(out, slot.Report{Name: p.Name, Position: p.Position, Lag: p.Lag, Lost: p.Lost,
 			Entries: p.Entries, Bytes: p.Bytes, Created: p.Created, Updated: p.Updated})
 	}
 	return out, st.Horizon, nil
@@ -63,7 +51,7 @@ func readSlots(ctx context.Context, t target, c *control.Client, j *journal.Log,
 
 // printSlots prints one line per slot: where its destination is, how far
 // behind, what it pins.
-func printSlots(w io.Writer, slots []slotReport, horizon uint64) {
+func printSlots(w io.Writer, slots []slot.Report, horizon uint64) {
 	if len(slots) == 0 {
 		fmt.Fprintf(w, "slots:      none\n")
 		return

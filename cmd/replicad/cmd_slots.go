@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cmfs-project/cmfs/internal/cli"
+	"github.com/cmfs-project/cmfs/slot"
 )
 
 type slotsOptions struct {
@@ -50,18 +51,6 @@ created, updated) and horizon.
 	return cmd
 }
 
-// slotJSON is one slot as slots --json prints it.
-type slotJSON struct {
-	Name     string    `json:"name"`
-	Position uint64    `json:"position"`
-	Lag      uint64    `json:"lag"`
-	Lost     bool      `json:"lost"`
-	Entries  int       `json:"pinned_entries"`
-	Bytes    int64     `json:"pinned_bytes"`
-	Created  time.Time `json:"created"`
-	Updated  time.Time `json:"updated"`
-}
-
 func runSlots(ctx context.Context, g *globalOptions, opts slotsOptions, _ []string) error {
 	if opts.source == "" {
 		return errors.New("which source? give --source ADDR")
@@ -84,11 +73,11 @@ func runSlots(ctx context.Context, g *globalOptions, opts slotsOptions, _ []stri
 	}
 	if opts.json {
 		out := struct {
-			Slots   []slotJSON `json:"slots"`
-			Horizon uint64     `json:"horizon"`
-		}{Slots: []slotJSON{}, Horizon: horizon}
+			Slots   []slot.Report `json:"slots"`
+			Horizon uint64        `json:"horizon"`
+		}{Slots: []slot.Report{}, Horizon: horizon}
 		for _, p := range pins {
-			out.Slots = append(out.Slots, slotJSON{p.Name, p.Position, p.Lag, p.Lost, p.Entries, p.Bytes, p.Created, p.Updated})
+			out.Slots = append(out.Slots, slot.Report{p.Name, p.Position, p.Lag, p.Lost, p.Entries, p.Bytes, p.Created, p.Updated})
 		}
 		b, err := json.Marshal(out)
 		if err != nil {
