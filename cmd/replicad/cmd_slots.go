@@ -77,7 +77,7 @@ func runSlots(ctx context.Context, g *globalOptions, opts slotsOptions, _ []stri
 			Horizon uint64        `json:"horizon"`
 		}{Slots: []slot.Report{}, Horizon: horizon}
 		for _, p := range pins {
-			out.Slots = append(out.Slots, slot.Report{p.Name, p.Position, p.Lag, p.Lost, p.Entries, p.Bytes, p.Created, p.Updated})
+			out.Slots = append(out.Slots, slot.Report{Name: p.Name, Position: p.Position, Lag: p.Lag, Lost: p.Lost, Entries: p.Entries, Bytes: p.Bytes, Created: p.Created, Updated: p.Updated})
 		}
 		b, err := json.Marshal(out)
 		if err != nil {
