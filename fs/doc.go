@@ -1,75 +1,15 @@
-// Package fs is cmfs's FUSE layer: a pass-through (loopback) filesystem
-// over a backing directory that preserves every original a change would
-// destroy and journals every completed change.
+// Package fs is cmfs's FUSE layer: a go-fuse loopback filesystem over a
+// backing directory whose every operation that could destroy content goes
+// through the protection core (package protect). Each method turns the
+// node into a path relative to the backing directory, holds what the core
+// must see steady (a node's open handles, the order of inode replacement
+// against releases), calls the core, and turns its error into an errno in
+// one place (toErrno).
 //
-// It decides *when* to protect; the work is done by the journal (durable,
-// ordered events) and cmroot (the content-addressed preservation store).
-// The protection table (DESIGN.md §3):
-//
-//   - unlink moves the file into cmroot (rename, O(1)); a file that is still
-//     open for writing, or has other hard links, is copied instead: a
-//     cmroot entry is never an inode the tree can still change.
-//   - rename over an existing file hard-links the old target into cmroot
-//     (copies it, as above, when it could still change), then renames: the
-//     replacement stays atomic. A rename out of the protected tree into
-//     scratch space copies every file it takes along.
-//   - open with O_TRUNC of a non-empty file hard-links the original into
-//     cmroot and swaps a new empty inode into place (O(1)); when the node
-//     has other open handles or other hard links, the original is copied
-//     and truncated in place instead, so every link and descriptor sees
-//     native semantics.
-//   - truncate(2)/ftruncate(2) and opening a non-empty file for writing
-//     without O_TRUNC copy the original before any write can land: at open,
-//     because with FUSE passthrough writes never reach this process.
-//   - flush (close) after writes checksums the new content and journals it
-//     before close() returns.
-//   - rmdir of a database, table or partition is one structural event;
-//     rm -r yields one DELETE per file first.
-//
-// A change to the content of a file with several hard links (write,
-// truncate, O_TRUNC) is journaled under every name the file has in the
-// protected tree, one event per table partition the names lie in, all in
-// one commit. go-fuse knows one path per node, and only names looked up
-// during this mount, so the names come from a link index (links.go):
-// inode → tree names of every multiply-linked file, built by one walk of
-// the backing tree (state directory and scratch space left out) the first
-// time such a file changes, kept current by link, unlink and rename
-// through the mount, checked at each use (every name must still hold the
-// inode, and the names must number the file's tree links) and walked again
-// when stale. A file with one link never reaches it: the cost is one
-// comparison of st_nlink. Links in scratch space or outside the backing
-// directory are not names; the walk that finds fewer names than links
-// remembers so, and walks again only when the link count changes.
-//
-// Every event is durable before the operation returns. If an original
-// cannot be preserved the operation fails with that error and the original
-// stays where it was (fail closed).
-//
-// Fail closed, all the way (I4): an operation that reports an error has
-// changed nothing that is not journaled. Every protected change is first
-// admitted (root.intend): the journal's reserve must hold (journal.Admit;
-// a full file system refuses the change with ENOSPC before anything
-// changes) and its intent must fit in the in-flight table, whose slots'
-// heads are preallocated. Should the event still fail to commit, or the
-// checksum of the result not be had, the change is undone exactly: a
-// rename goes back, and what it replaced comes back from a second link
-// taken before (the hold in STATE/tmp); an O_TRUNC swap is made with
-// RENAME_EXCHANGE so the original inode stays reachable until the event
-// commits, and is exchanged back; a truncation in place is refilled from
-// its cmroot entry; a removed directory is recreated. What cannot be
-// undone — the content a write handle wrote, found at close — keeps its
-// intent in the in-flight table (root.keep): close fails, and the next
-// event the mount journals, or else the next mount's recovery, journals
-// the content as the tree holds it (I3).
-//
-// Paths matching the exclude globs (engine scratch space) are passed
-// through unprotected; a rename out of them into a table journals the
-// arriving files as INSERTs. The state directory is invisible through the
-// mount.
-//
-// Known limits: content journaled at an intermediate close of a handle
-// that is written again afterwards (through a dup'd descriptor) is not
-// preserved, only the content at open and the content at the last close;
-// mode, owner, times and xattrs are not journaled; symlinks and special
-// files are journaled but not preserved.
+// The adapter keeps what only FUSE needs: a node keeps its identity when
+// the core puts a new inode in place of its file's (O_TRUNC keeps the
+// original inode in cmroot), so the kernel sees one file (root.swaps); a
+// directory listing hides the state directory and cmroot; links that only
+// cmroot holds are not counted in nlink, so a preserved file looks deleted
+// to every program.
 package fs

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -226,14 +228,7 @@ func TestLazyFSMmap(t *testing.T) {
 	}
 	want := bytes.Clone(durable)
 	copy(want[4096:], "unsynced")
-	mapped := func() []byte {
-		m, err := syscall.Mmap(int(fd.Fd()), 0, 8192, syscall.PROT_READ, syscall.MAP_SHARED)
-		if err != nil {
-			t.Fatalf("mmap %s: %v", f, err)
-		}
-		defer syscall.Munmap(m)
-		return bytes.Clone(m)
-	}
+	mapped := func() []byte { return mmapRead(t, f, 8192) }
 	if got := mapped(); !bytes.Equal(got, want) {
 		t.Errorf("mmap before the crash: bytes 4096.. %q, want %q", got[4096:4110], want[4096:4110])
 	}
@@ -273,14 +268,9 @@ func TestLazyFSCmfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	copy(data, "CMFS")
-	mm, err := syscall.Mmap(int(fd.Fd()), 0, len(data), syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
-		t.Fatalf("mmap through cmfs: %v", err)
-	}
-	if !bytes.Equal(mm, data) {
+	if mm := mmapRead(t, f, len(data)); !bytes.Equal(mm, data) {
 		t.Errorf("mmap through cmfs: %q, want %q", head(mm), head(data))
 	}
-	syscall.Munmap(mm)
 	fd.Close()
 	wantContent(t, m.backing("db.db/t/p=1/part-0"), data)
 	evs := events(t, m.State)
@@ -327,4 +317,48 @@ func TestLazyFSCrashWhileHeld(t *testing.T) {
 	}
 	fd.Close()
 	wantContent(t, f, []byte("durable"))
+}
+
+// mmapReadEnv makes the test binary a child that maps a file and prints
+// its first bytes (mmapReadChild).
+const mmapReadEnv = "CMFS_TEST_MMAP_READ"
+
+// mmapRead returns the first n bytes of the file at p as a shared,
+// read-only mapping sees them, read in a child process: lazyfs serves its
+// mount from this process, and a page fault on it here would stall the
+// garbage collector's stop-the-world, and with it the server that must
+// answer the fault.
+func mmapRead(t *testing.T, p string, n int) []byte {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%s", mmapReadEnv, n, p))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("mmap %s in a child: %v", p, err)
+	}
+	return out
+}
+
+// mmapReadChild is the child of mmapRead: spec is "n:path".
+func mmapReadChild(spec string) int {
+	ns, p, _ := strings.Cut(spec, ":")
+	n, err := strconv.Atoi(ns)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bad", mmapReadEnv, spec)
+		return 2
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer f.Close()
+	m, err := syscall.Mmap(int(f.Fd()), 0, n, syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mmap:", err)
+		return 1
+	}
+	defer syscall.Munmap(m)
+	os.Stdout.Write(m)
+	return 0
 }

@@ -41,6 +41,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if spec := os.Getenv(mmapReadEnv); spec != "" {
+		return mmapReadChild(spec)
+	}
 	if os.Getenv(probeEnv) != "" {
 		// A posixtest probe child (see TestPosix): it only touches files.
 		return m.Run()
