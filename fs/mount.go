@@ -27,21 +27,22 @@ const (
 	negativeTimeout = time.Second
 )
 
-// Mount mounts cfg.Backing at mountpoint with protection. The journal and
+// Mount mounts cfg.Backing at mountpoint with protection, and says what
+// recovery found a mount that died had left. The journal and
 // the store are the caller's: they must stay open until the returned
 // server has been unmounted and waited for. cfg must have its defaults
 // filled in (Config.WithDefaults).
-func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (*fuse.Server, error) {
-	core, _, err := protect.Open(context.Background(), cfg.protection(), j, store)
+func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (*fuse.Server, protect.Recovery, error) {
+	core, rec, err := protect.Open(context.Background(), cfg.protection(), j, store)
 	if err != nil {
-		return nil, err
+		return nil, rec, err
 	}
 	r := &root{core: core}
 	backing := core.Backing()
 	var bst syscall.Stat_t
 	if err := syscall.Stat(backing, &bst); err != nil {
 		core.Close()
-		return nil, fmt.Errorf("backing %s: %w", backing, err)
+		return nil, rec, fmt.Errorf("backing %s: %w", backing, err)
 	}
 
 	lr := &gofs.LoopbackRoot{Path: backing, Dev: uint64(bst.Dev)}
@@ -92,9 +93,9 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 	if err != nil {
 		core.Close()
 		if errors.Is(err, syscall.EINVAL) && len(mo) > 0 {
-			return nil, fmt.Errorf("the kernel refused the mount options %s (an unknown or malformed option?): %w", strings.Join(mo, ","), err)
+			return nil, rec, fmt.Errorf("the kernel refused the mount options %s (an unknown or malformed option?): %w", strings.Join(mo, ","), err)
 		}
-		return nil, err
+		return nil, rec, err
 	}
 	go func() {
 		server.Serve()
@@ -102,9 +103,9 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 	}()
 	if err := server.WaitMount(); err != nil {
 		server.Unmount()
-		return nil, err
+		return nil, rec, err
 	}
-	return server, nil
+	return server, rec, nil
 }
 
 // gatedFS holds the core's Gate shared for the whole of a release, including
@@ -122,13 +123,13 @@ func (g *gatedFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 
 // Recover brings the journal up to date with the changes a mount that died
 // left without their events, for a state directory nothing has mounted:
-// `cmfs fsck --repair` runs it. It returns how many events it journaled.
-func Recover(ctx context.Context, cfg Config, j *journal.Log, store *cmroot.Store) (int, error) {
-	core, n, err := protect.Open(ctx, cfg.protection(), j, store)
+// `cmfs fsck --repair` runs it.
+func Recover(ctx context.Context, cfg Config, j *journal.Log, store *cmroot.Store) (protect.Recovery, error) {
+	core, rec, err := protect.Open(ctx, cfg.protection(), j, store)
 	if err != nil {
-		return 0, err
+		return rec, err
 	}
-	return n, core.Close()
+	return rec, core.Close()
 }
 
 // protection is what the protection core is told of cfg.

@@ -45,6 +45,26 @@ func TestMountReports(t *testing.T) {
 			t.Errorf("mount --daemon after losing a cmroot entry: %v; want the recovery findings on stderr", res)
 		}
 	})
+	t.Run("damaged in-flight table", func(t *testing.T) {
+		m := mount(t)
+		writeFile(t, m.path("sales.db/orders/dt=1/part-0"), []byte("original\n"))
+		m.unmount(t)
+		// A record whose size runs past its slot: nothing can be read of it.
+		if err := os.WriteFile(filepath.Join(m.State, "inflight"), []byte{0xff, 0xff, 0, 0, '{'}, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		mnt := filepath.Join(t.TempDir(), "mnt")
+		if err := os.Mkdir(mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		res := cmfs(t, "mount", "--daemon", m.Backing, mnt)
+		if isMounted(mnt) {
+			t.Cleanup(func() { (&mounted{Mnt: mnt}).unmount(t) })
+		}
+		if res.Code != 0 || !strings.Contains(res.Stderr, "1 damaged record(s) ignored") {
+			t.Errorf("mount --daemon over a damaged in-flight table: %v; want it mounted, and the finding on stderr", res)
+		}
+	})
 	t.Run("unknown mount option", func(t *testing.T) {
 		requireFUSE(t)
 		if os.Geteuid() != 0 {

@@ -93,31 +93,52 @@ type Core struct {
 	pendN   atomic.Int32
 }
 
+// Recovery is what Open found a process that died had left.
+type Recovery struct {
+	// Journaled is how many changes it journaled for them.
+	Journaled int
+	// Damaged is how many records of the in-flight table could not be
+	// read: changes made then may be missing from the journal.
+	Damaged int
+}
+
+// Findings is the line an operator is shown, "" when there is nothing.
+func (r Recovery) Findings(state string) string {
+	var parts []string
+	if r.Journaled > 0 {
+		parts = append(parts, fmt.Sprintf("journaled %d change(s) a dead mount left without their events", r.Journaled))
+	}
+	if r.Damaged > 0 {
+		parts = append(parts, fmt.Sprintf("in-flight table %s: %d damaged record(s) ignored: changes a dead mount made then may be missing from the journal", filepath.Join(state, InflightFile), r.Damaged))
+	}
+	return strings.Join(parts, "; ")
+}
+
 // Open returns the protection of opts.Backing, journaling into j and
 // preserving into store (both the caller's, open until after Close). It
 // first journals the changes a process that died left without their
-// events (the in-flight table), and returns how many it journaled.
-func Open(ctx context.Context, opts Options, j *journal.Log, store *cmroot.Store) (*Core, int, error) {
+// events (the in-flight table), and says what it found.
+func Open(ctx context.Context, opts Options, j *journal.Log, store *cmroot.Store) (*Core, Recovery, error) {
 	backing, err := filepath.Abs(opts.Backing)
 	if err != nil {
-		return nil, 0, err
+		return nil, Recovery{}, err
 	}
 	c := &Core{backing: backing, cm: store, log: j, exclude: opts.Exclude, hidden: map[string]bool{}}
 	var bst, cst syscall.Stat_t
 	if err := syscall.Stat(backing, &bst); err != nil {
-		return nil, 0, fmt.Errorf("backing %s: %w", backing, err)
+		return nil, Recovery{}, fmt.Errorf("backing %s: %w", backing, err)
 	}
 	for _, d := range opts.Hidden {
 		abs, err := filepath.Abs(d)
 		if err != nil {
-			return nil, 0, err
+			return nil, Recovery{}, err
 		}
 		if rel, err := filepath.Rel(backing, abs); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
 			c.hidden[filepath.ToSlash(rel)] = true
 		}
 	}
 	if err := syscall.Stat(store.Dir(), &cst); err != nil {
-		return nil, 0, fmt.Errorf("cmroot %s: %w", store.Dir(), err)
+		return nil, Recovery{}, fmt.Errorf("cmroot %s: %w", store.Dir(), err)
 	}
 	c.cmSameDev = cst.Dev == bst.Dev
 	c.links = newLinkIndex(backing, func(rel string) bool { return c.isHidden(rel) || c.excluded(rel) }, c.treeLinks)
@@ -125,24 +146,24 @@ func Open(ctx context.Context, opts Options, j *journal.Log, store *cmroot.Store
 	// the backing filesystem; elsewhere O_TRUNC copies the original.
 	tmp := filepath.Join(opts.State, "tmp")
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return nil, 0, err
+		return nil, Recovery{}, err
 	}
 	var tst syscall.Stat_t
 	if syscall.Stat(tmp, &tst) == nil && tst.Dev == bst.Dev {
 		c.tmpDir = tmp
 		cleanDir(tmp)
 	}
-	t, left, err := openInflight(filepath.Join(opts.State, InflightFile))
+	t, left, damaged, err := openInflight(filepath.Join(opts.State, InflightFile))
 	if err != nil {
-		return nil, 0, fmt.Errorf("in-flight table: %w", err)
+		return nil, Recovery{}, fmt.Errorf("in-flight table: %w", err)
 	}
 	c.inflight = t
 	n, err := c.recover(ctx, left)
 	if err != nil {
 		t.close()
-		return nil, 0, fmt.Errorf("recover changes a dead mount left unjournaled: %w", err)
+		return nil, Recovery{}, fmt.Errorf("recover changes a dead mount left unjournaled: %w", err)
 	}
-	return c, n, nil
+	return c, Recovery{Journaled: n, Damaged: damaged}, nil
 }
 
 // Close closes the in-flight table. Every handle must be released.

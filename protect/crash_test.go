@@ -22,7 +22,7 @@ type harness struct {
 	log            *journal.Log
 	store          *cmroot.Store
 	core           *Core
-	recovered      int
+	recovered      Recovery
 }
 
 // openHarness opens the protection of backing (made if missing); opening
@@ -270,8 +270,8 @@ func crashCase(t *testing.T, row crashRow, point string) {
 	if point == "" && len(after) == len(before) {
 		bad = append(bad, "the change journaled nothing")
 	}
-	if point == "" && h.recovered != 0 {
-		bad = append(bad, fmt.Sprintf("a clean run left %d changes to recover", h.recovered))
+	if point == "" && h.recovered != (Recovery{}) {
+		bad = append(bad, fmt.Sprintf("a clean run left changes to recover: %+v", h.recovered))
 	}
 	if len(bad) > 0 {
 		var lines []string

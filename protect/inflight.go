@@ -73,40 +73,43 @@ type inflight struct {
 
 // openInflight opens the table at p, returns the intents a previous mount
 // left, and empties it.
-func openInflight(p string) (*inflight, []intent, error) {
+func openInflight(p string) (*inflight, []intent, int, error) {
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	var left []intent
+	damaged := 0
 	buf := make([]byte, slotSize)
 	for off := int64(0); ; off += slotSize {
 		n, err := f.ReadAt(buf, off)
 		if n < 4 {
 			if err != nil && !errors.Is(err, io.EOF) {
 				f.Close()
-				return nil, nil, err
+				return nil, nil, 0, err
 			}
 			break
 		}
 		size := binary.LittleEndian.Uint32(buf)
-		if size == 0 || int(size) > n-4 {
+		if size == 0 {
 			continue
 		}
 		var in intent
-		if json.Unmarshal(buf[4:4+size], &in) == nil {
-			left = append(left, in)
+		if int(size) > n-4 || json.Unmarshal(buf[4:4+size], &in) != nil || in.Type == "" {
+			damaged++
+			continue
 		}
+		left = append(left, in)
 	}
 	if err := f.Truncate(0); err != nil {
 		f.Close()
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	t := &inflight{f: f, held: map[int]bool{}}
 	t.mu.Lock()
 	t.ensure(slotsGrow - 1) // a full file system: the first begin says so
 	t.mu.Unlock()
-	return t, left, nil
+	return t, left, damaged, nil
 }
 
 // ensure allocates the heads of the slots up to slot. t.mu must be held.

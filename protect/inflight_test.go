@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cmfs-project/cmfs/cmroot"
@@ -12,7 +13,7 @@ import (
 
 func TestInflightTable(t *testing.T) {
 	p := filepath.Join(t.TempDir(), InflightFile)
-	tab, left, err := openInflight(p)
+	tab, left, _, err := openInflight(p)
 	if err != nil || len(left) != 0 {
 		t.Fatalf("fresh table: %v, %d left", err, len(left))
 	}
@@ -25,7 +26,7 @@ func TestInflightTable(t *testing.T) {
 	}
 	tab.close() // as a dead mount leaves it: a and c in flight
 
-	tab, left, err = openInflight(p)
+	tab, left, _, err = openInflight(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +34,7 @@ func TestInflightTable(t *testing.T) {
 	if len(left) != 2 || left[0].Path != "a" || left[0].Orig == nil || left[0].Orig.CM != "0123456789abcdef-1" || left[1].Path != "c" {
 		t.Fatalf("left = %+v, want the updated a and c", left)
 	}
-	if _, again, _ := openInflight(p); len(again) != 0 {
+	if _, again, _, _ := openInflight(p); len(again) != 0 {
 		t.Errorf("a table read once still holds %d intents", len(again))
 	}
 }
@@ -103,5 +104,37 @@ func TestRecover(t *testing.T) {
 	}
 	if err := j.Verify(); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestInflightTableDamaged(t *testing.T) {
+	p := filepath.Join(t.TempDir(), InflightFile)
+	tab, _, _, err := openInflight(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab.begin(&intent{Type: journal.Delete, Path: "kept"})
+	b, _ := tab.begin(&intent{Type: journal.Delete, Path: "garbled"})
+	c, _ := tab.begin(&intent{Type: journal.Delete, Path: "too long"})
+	tab.close()
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("{{{{"), int64(b)*slotSize+4)         // not JSON any more
+	f.WriteAt([]byte{0xff, 0xff, 0, 0}, int64(c)*slotSize) // a size past the slot
+	f.Close()
+
+	tab, left, damaged, err := openInflight(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tab.close()
+	if len(left) != 1 || left[0].Path != "kept" || damaged != 2 {
+		t.Errorf("left %+v, %d damaged; want kept and 2 damaged", left, damaged)
+	}
+	want := "in-flight table /s/inflight: 2 damaged record(s) ignored"
+	if got := (Recovery{Damaged: 2}).Findings("/s"); !strings.Contains(got, want) {
+		t.Errorf("Findings = %q, want it to say %q", got, want)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/cmfs-project/cmfs/internal/cli"
+	"github.com/cmfs-project/cmfs/protect"
 
 	"context"
 	"encoding/json"
@@ -70,12 +71,12 @@ func fsck(ctx context.Context, g *globalOptions, opts fsckOptions, args []string
 		}
 	} else {
 		if opts.repair {
-			n, err := recoverOffline(ctx, t)
+			rec, err := recoverOffline(ctx, t)
 			if err != nil {
 				return err
 			}
-			if n > 0 {
-				fmt.Fprintf(g.stderr, "cmfs: fsck: journaled %d change(s) a dead mount left without their events\n", n)
+			if f := rec.Findings(t.state); f != "" {
+				fmt.Fprintf(g.stderr, "cmfs: fsck: %s\n", f)
 			}
 		}
 		off, err := openOffline(t)
@@ -172,23 +173,23 @@ func problems(r control.Report) string {
 
 // recoverOffline journals the changes a mount that died left without
 // their events (fs.Recover), with the journal opened for writing.
-func recoverOffline(ctx context.Context, t target) (int, error) {
+func recoverOffline(ctx context.Context, t target) (protect.Recovery, error) {
 	if t.backing == "" {
-		return 0, nil // never mounted: nothing can be in flight
+		return protect.Recovery{}, nil // never mounted: nothing can be in flight
 	}
 	j, err := journal.Open(filepath.Join(t.state, cmfs.JournalFile), journal.Options{LockTimeout: time.Second})
 	if err != nil {
-		return 0, fmt.Errorf("open the journal for recovery: %w", err)
+		return protect.Recovery{}, fmt.Errorf("open the journal for recovery: %w", err)
 	}
 	defer j.Close()
 	store, err := openStore(t)
 	if err != nil {
-		return 0, err
+		return protect.Recovery{}, err
 	}
 	defer store.Close()
-	n, err := cmfs.Recover(ctx, cmfs.Config{Backing: t.backing, State: t.state, CMRoot: t.cmroot()}.WithDefaults(), j, store)
+	rec, err := cmfs.Recover(ctx, cmfs.Config{Backing: t.backing, State: t.state, CMRoot: t.cmroot()}.WithDefaults(), j, store)
 	if err != nil {
-		return 0, fmt.Errorf("recover: %w", err)
+		return rec, fmt.Errorf("recover: %w", err)
 	}
-	return n, nil
+	return rec, nil
 }

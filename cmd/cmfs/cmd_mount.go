@@ -275,7 +275,11 @@ func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (
 	// (Mount returns after go-fuse's own first requests): that is what
 	// "ready" means to `mount --daemon` and to scripts, and a kill -9
 	// before it cannot leave the process waiting on its own mount.
-	server, err := cmfs.Mount(plan.mountpoint, cfg, j, store)
+	server, rec, err := cmfs.Mount(plan.mountpoint, cfg, j, store)
+	if f := rec.Findings(cfg.State); f != "" {
+		// What recovery found is for the operator (--daemon copies it).
+		fmt.Fprintf(g.stderr, "cmfs: recovery: %s\n", f)
+	}
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", plan.mountpoint, err)
 	}
