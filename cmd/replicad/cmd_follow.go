@@ -199,7 +199,7 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	}()
 	err = f.loop(ctx, opts.interval, wake)
 	f.endLine()
-	cancel() // stop the watcher
+	cancel()   // stop the watcher
 	return err // nil when interrupted
 }
 
