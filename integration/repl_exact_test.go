@@ -283,12 +283,6 @@ func (s exactScope) String() string { return strings.Join(s.flags, " ") }
 // and the last table, both by name. There may be none.
 func exactScopes(x *xmodel) []*exactScope {
 	var out []*exactScope
-	if os.Getenv("CMFS_REPL_MODEL_FILTERED") != "1" {
-		// Filtered dumps refuse a directory moving in once the shared
-		// catalog is past their start (repl/filter.go); until they do
-		// not, the filtered chains run on request.
-		return nil
-	}
 	if dbs := x.dbs(); len(dbs) > 0 {
 		db := strings.TrimSuffix(dbs[0], ".db")
 		out = append(out, &exactScope{flags: []string{"--db", db}, db: db})
