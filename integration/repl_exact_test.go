@@ -27,7 +27,9 @@ import (
 // after each load the target must be the model's tree as of the cut's last
 // event. A BOOTSTRAP taken halfway (from the catalog) is loaded and
 // chained to the end; BOOTSTRAPs at the end, from the catalog and with
-// --walk, must equal the chained target.
+// --walk, must equal the chained target. At the same cuts, a --db and a
+// --table chain, each into its own target, must be the model restricted
+// to its filter, and a filtered BOOTSTRAP at the end its chain.
 //
 // Size and repetition:
 //

@@ -22,24 +22,31 @@ import (
 //
 //   - a rename or link from outside to inside is an arrival: for a file,
 //     an INSERT (WRITE outside a table) of its content, which replaces
-//     what the target held there; for a directory, a CREATE_* / MKDIR of
-//     it whose _files list every file below it (content as of the
-//     event, fetched like any new content: at its path, else in cmroot by
-//     checksum, else where later renames moved it) and whose _dirs list
-//     every directory of it, itself included — the load replaces what the
+//     what the target held there; for a symlink, a SYMLINK event; for a
+//     directory, a CREATE_* / MKDIR of it whose _files list every file
+//     below it (content as of the event, fetched like any new content: at
+//     its path, else in cmroot by checksum, else where later renames
+//     moved it), whose _dirs list every directory of it, itself included,
+//     and whose _symlinks its symlinks — the load replaces what the
 //     target held at that path with exactly that tree;
 //   - a rename from inside to outside is a removal of the whole subtree
 //     (DELETE for a file, DROP_* / RMDIR for a directory);
 //   - a rename that moves a filtered table along with its database (the
 //     database renamed, a --table filter) is narrowed to the table.
 //
-// What a directory held before it moved in comes from the catalog, which
-// the dump advances in step with the events it writes: it must be at or
-// before the event before the first one the dump writes (a filtered
-// BOOTSTRAP leaves it there, and each filtered INCREMENTAL leaves it at its
-// last event). Without such a catalog, a dump that meets a directory
-// moving in fails with errNoView; files, removals and everything inside
-// the filter need no catalog.
+// What a directory held before it moved in (and whether a name was a
+// symlink) comes from a catalog the dump advances in step with the events
+// it writes, from the event before the first one it writes: the filter's
+// own (FilterCatalogFile), which only that filter's dumps move, so that
+// another filter's chain or a BOOTSTRAP (which moves the shared one)
+// cannot take it past a chain's next dump. When it is not at or before
+// that event (the chain's first dump, or a second chain of the same
+// filter behind the first), it is seeded (filterCatalog): from the shared
+// catalog if that is, else, for a dump from event 1, with the empty tree
+// before it — where a chain from event 1 starts its target too. A
+// filtered BOOTSTRAP leaves it at or before its to. Without such a
+// catalog, a dump that meets a directory moving in fails with errNoView;
+// files, removals and everything inside the filter need no catalog.
 
 // filter is a --db / --table filter; the zero value keeps everything.
 type filter struct{ db, table string }

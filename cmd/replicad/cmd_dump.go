@@ -43,9 +43,10 @@ with its content, one moved out is removed). --db takes NAME or NAME.db;
 --table takes TABLE (in every database, or in --db's), DB.TABLE or
 DB.db/TABLE. A name the warehouse does not hold and its journal never
 named is refused. A filtered INCREMENTAL takes what a moved-in directory
-held from the catalog, which it advances in step: the catalog must not be
-past the dump's first event (run a filtered chain's dumps in order, from
-a filtered BOOTSTRAP).
+held from the filter's own catalog (STATE/catalog-db=NAME-table=NAME.db),
+which only that filter's dumps advance, in step with the events they
+write; a filtered BOOTSTRAP, or the chain's first INCREMENTAL, seeds it
+from the shared catalog (or empty, for a dump from event 1).
 
 The dump directory is named after what it holds: incremental-N-M or
 bootstrap-M, with -db=NAME and -table=NAME appended for a filtered dump.
