@@ -27,7 +27,9 @@ import (
 // after each load the target must be the model's tree as of the cut's last
 // event. A BOOTSTRAP taken halfway (from the catalog) is loaded and
 // chained to the end; BOOTSTRAPs at the end, from the catalog and with
-// --walk, must equal the chained target.
+// --walk, must equal the chained target. At the same cuts, a --db and a
+// --table chain, each into its own target, must be the model restricted
+// to its filter, and a filtered BOOTSTRAP at the end its chain.
 //
 // Size and repetition:
 //
@@ -186,6 +188,10 @@ func replExact(t *testing.T, seed int64, nops int, viaServe bool) {
 	chained := t.TempDir()
 	fromBoot := t.TempDir()
 	bootLoaded := false
+	scopes := exactScopes(w.model)
+	for _, s := range scopes {
+		s.target = t.TempDir()
+	}
 	for _, c := range cuts {
 		want := advance(c.op)
 		what := fmt.Sprintf("seed %d: load of [%d, %d] %s (its last op %d: %s)", seed, c.dump.From, c.dump.To, src, c.op, ops[c.op])
@@ -194,6 +200,16 @@ func replExact(t *testing.T, seed int64, nops int, viaServe bool) {
 			t.Errorf("%s: load reports [%d, %d]", what, l.From, l.To)
 		}
 		checkExact(t, what, chained, want, ops, c.op)
+		for _, s := range scopes {
+			// The filtered chains: the same cut, dumped through the
+			// filter, loaded into the scope's own target.
+			d := replDump(t, m.State, dumps, append([]string{"--from", strconv.FormatUint(c.dump.From, 10), "--to", strconv.FormatUint(c.dump.To, 10)}, s.flags...)...)
+			if d.Kind != "INCREMENTAL" || d.From != c.dump.From || d.To != c.dump.To {
+				t.Fatalf("seed %d: filtered dump %v of [%d, %d]: got %+v", seed, s.flags, c.dump.From, c.dump.To, d)
+			}
+			replLoad(t, d.Dump, s.target, src)
+			checkScoped(t, fmt.Sprintf("%s, filtered %v", what, s.flags), s, want, ops, c.op)
+		}
 		if c.op <= mid {
 			continue
 		}
@@ -235,7 +251,68 @@ func replExact(t *testing.T, seed int64, nops int, viaServe bool) {
 			t.Fatalf("seed %d: BOOTSTRAP %s at event %d differs from the target chained to it (bootstrap vs chained):\n%s", seed, boolFlag("--walk", walk), prev, d)
 		}
 	}
-	t.Logf("%d dumps loaded, chained and from the halfway BOOTSTRAP (event %d); BOOTSTRAPs at event %d equal the chain", len(cuts), midBoot.To, prev)
+	// Filtered BOOTSTRAPs at the end, against the filtered chains.
+	for _, s := range scopes {
+		if st := statusOf(t, s.target); st.LastReplID != prev {
+			t.Errorf("seed %d: filtered chain %v at event %d, want %d", seed, s.flags, st.LastReplID, prev)
+		}
+		boot := replDump(t, m.State, t.TempDir(), s.flags...)
+		if boot.To != prev {
+			t.Fatalf("seed %d: filtered BOOTSTRAP %v pinned to %d, want %d", seed, s.flags, boot.To, prev)
+		}
+		target := t.TempDir()
+		replLoad(t, boot.Dump, target, src)
+		if d := diffTree(targetTree(t, target), targetTree(t, s.target)); d != "" {
+			t.Fatalf("seed %d: filtered BOOTSTRAP %v at event %d differs from the filtered chain (bootstrap vs chained):\n%s", seed, s.flags, prev, d)
+		}
+	}
+	t.Logf("%d dumps loaded, chained and from the halfway BOOTSTRAP (event %d); BOOTSTRAPs at event %d equal the chain; filtered chains %v", len(cuts), midBoot.To, prev, scopes)
+}
+
+// exactScope is a --db or --table filter the model test chains, with
+// its own target.
+type exactScope struct {
+	flags     []string
+	db, table string
+	target    string
+}
+
+func (s exactScope) String() string { return strings.Join(s.flags, " ") }
+
+// exactScopes picks the filters of the filtered chains from the tree at
+// the end of the workload (a filter must name something the warehouse
+// holds or its journal named up to the dump's end): the first database,
+// and the last table, both by name. There may be none.
+func exactScopes(x *xmodel) []*exactScope {
+	var out []*exactScope
+	if dbs := x.dbs(); len(dbs) > 0 {
+		db := strings.TrimSuffix(dbs[0], ".db")
+		out = append(out, &exactScope{flags: []string{"--db", db}, db: db})
+	}
+	if ts := x.tables(); len(ts) > 0 {
+		p := ts[len(ts)-1]
+		db, table := strings.TrimSuffix(path.Dir(p), ".db"), path.Base(p)
+		out = append(out, &exactScope{flags: []string{"--table", db + "." + table}, db: db, table: table})
+	}
+	return out
+}
+
+// checkScoped fails t if the scope's target is not want, the model after
+// ops[op], restricted to the scope (as filter.go keeps paths: a
+// directory by its own place in the layout, anything else by its
+// directory's); the directory of a --table scope's database may be there
+// too.
+func checkScoped(t *testing.T, what string, s *exactScope, want tree, ops []xop, op int) {
+	t.Helper()
+	got := targetTree(t, s.target)
+	for p, v := range got {
+		if !inScope(s.db, s.table, p, v) && !(v == "dir" && p == s.db+".db") {
+			t.Fatalf("%s: the target holds %s (%s), outside the filter; the operations up to there:\n%s", what, p, v, lastOps(ops[:op+1], 15))
+		}
+	}
+	if d := diffTree(restrict(got, s.db, s.table), restrict(want, s.db, s.table)); d != "" {
+		t.Fatalf("%s: the target differs from the source's state restricted to the filter (got vs want):\n%s\nthe operations up to there:\n%s", what, d, lastOps(ops[:op+1], 15))
+	}
 }
 
 // checkExact fails t if target is not want, the model after ops[op].

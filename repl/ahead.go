@@ -41,6 +41,8 @@ type step struct {
 	// dirs, for an arrival in a filtered dump (see filter.go), are the
 	// directories of the tree that replaces what is at e.Path.
 	dirs []string
+	// links are the symlinks of that tree.
+	links []Entry
 	// jobs parallels adds: a file fetched ahead, or nil for one the
 	// loader fetches itself (if it must: see fetchesAhead).
 	jobs []*staged

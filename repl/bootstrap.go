@@ -112,6 +112,9 @@ func dumpBootstrap(ctx context.Context, events Events, out string, opts DumpOpti
 	if opts.Catalog != nil {
 		to, err = opts.Catalog.Update(ctx, events, opts.Tree)
 		tree = opts.Catalog
+		if err == nil && opts.FilterCatalog != nil {
+			err = seedFilterCatalog(ctx, opts.FilterCatalog, opts.Catalog, to)
+		}
 	} else {
 		to, err = events.Last(ctx)
 	}
@@ -241,4 +244,15 @@ func clearDir(dir string) error {
 		}
 	}
 	return nil
+}
+
+// seedFilterCatalog leaves a filter's own catalog at or before to, where
+// the filtered INCREMENTAL after a filtered BOOTSTRAP at to starts: as it
+// is if it is, else a copy of the shared catalog, at to.
+func seedFilterCatalog(ctx context.Context, fc, shared *Catalog, to uint64) error {
+	at, built, err := fc.At()
+	if err != nil || built && at <= to {
+		return err
+	}
+	return fc.seedFrom(ctx, shared)
 }

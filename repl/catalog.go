@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -565,4 +566,92 @@ func isDirEntry(v []byte) bool { return bytes.Equal(v, dirEntry) }
 func holdsFile(v []byte, f journal.File) bool {
 	e, err := parseEntry(v)
 	return err == nil && e.Kind == EntryFile && e.Size == f.Size && e.XXH64 == f.XXH64
+}
+
+// FilterCatalogFile is the file name, in a mount's state directory, of
+// the catalog a --db/--table filter keeps for itself: a filtered
+// INCREMENTAL needs the tree as of the event before its first (what a
+// directory moving in held), and advances a catalog from there in step
+// with the events it writes. The shared catalog (CatalogFile) moves with
+// every BOOTSTRAP; a filter's own moves only with that filter's dumps.
+// The names are escaped as in _files lines, '-' too, so that two filters
+// never share a file.
+func FilterCatalogFile(db, table string) string {
+	q := func(s string) string { return strings.ReplaceAll(Escape(s), "-", "%2D") }
+	return "catalog-db=" + q(db) + "-table=" + q(table) + ".db"
+}
+
+// seedFrom makes c a copy of src (which must be built), at src's event.
+// c says it is built only once the copy is whole.
+func (c *Catalog) seedFrom(ctx context.Context, src *Catalog) error {
+	var at, fuzzy uint64
+	var origin []byte
+	built := false
+	err := src.db.View(func(tx *bolt.Tx) error {
+		m := tx.Bucket(catMeta)
+		at, fuzzy, built = getUint(m, metaAt), getUint(m, metaFuzzy), m.Get(metaSeeded) != nil
+		origin = bytes.Clone(m.Get(metaOrigin))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if !built {
+		return fmt.Errorf("catalog %s: not built", src.db.Path())
+	}
+	if err := c.unseed(); err != nil {
+		return err
+	}
+	if err := c.walkInto(ctx, src); err != nil {
+		return fmt.Errorf("catalog %s: copy of %s: %w", c.db.Path(), src.db.Path(), err)
+	}
+	return c.seed(at, fuzzy, origin)
+}
+
+// seedEmpty makes c the empty tree before event 1: where an INCREMENTAL
+// from event 1 starts, as its target does.
+func (c *Catalog) seedEmpty() error {
+	if err := c.unseed(); err != nil {
+		return err
+	}
+	err := c.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket(catTree); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucket(catTree)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return c.seed(0, 0, nil)
+}
+
+// unseed marks c as not built, before its tree is replaced.
+func (c *Catalog) unseed() error {
+	return c.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(catMeta).Delete(metaSeeded) })
+}
+
+// seed marks c as built at event at, from the journal whose first event
+// is origin (nil: the next journal it reads).
+func (c *Catalog) seed(at, fuzzy uint64, origin []byte) error {
+	return c.db.Update(func(tx *bolt.Tx) error {
+		m := tx.Bucket(catMeta)
+		if err := putUint(m, metaAt, at); err != nil {
+			return err
+		}
+		if err := putUint(m, metaFuzzy, fuzzy); err != nil {
+			return err
+		}
+		var err error
+		if origin != nil {
+			err = m.Put(metaOrigin, origin)
+		} else {
+			err = m.Delete(metaOrigin)
+		}
+		if err != nil {
+			return err
+		}
+		return m.Put(metaSeeded, []byte{1})
+	})
 }

@@ -41,14 +41,18 @@
 // directory; the dump still covers [from, to]. A move across the filter's
 // edge is written, under its id, as what it is inside the filter (see
 // filter.go): a removal (DELETE, DROP_*, RMDIR of the path that left), or
-// an arrival — an INSERT/WRITE of a file's content, or a CREATE_*/MKDIR
-// whose _files list the whole tree that arrived and which holds one more
-// file:
+// an arrival — an INSERT/WRITE of a file's content, a SYMLINK, or a
+// CREATE_*/MKDIR whose _files list the whole tree that arrived and which
+// holds one or two more files:
 //
 //	<id>/_dirs       every directory of the tree that arrives at the
 //	                 event's path, itself included, one escaped path per
 //	                 line; the load replaces what the target holds at
-//	                 that path with these directories and the _files
+//	                 that path with these directories, the _files and
+//	                 the _symlinks
+//	<id>/_symlinks   the symlinks of that tree, if it has any, as in a
+//	                 BOOTSTRAP unit (a loader older than _symlinks in
+//	                 event directories leaves them out)
 //
 // BOOTSTRAP (from = 0): the current tree, pinned to to = the newest event
 // id read BEFORE the walk; walk_end in _finished_dump is the newest id

@@ -83,6 +83,12 @@ type DumpOptions struct {
 	// newest event first, it is the tree exactly as of that event, and
 	// the dump is pinned there with no events racing it.
 	Catalog *Catalog
+	// FilterCatalog, for a filtered dump, is the filter's own catalog
+	// (FilterCatalogFile), which only that filter's dumps advance: an
+	// INCREMENTAL replays it in step with the events it writes, to know
+	// what moves into the filter (see filter.go); a BOOTSTRAP from
+	// Catalog seeds it when it is not at or before the dump's event.
+	FilterCatalog *Catalog
 }
 
 // DumpResult says what Dump wrote.
@@ -283,7 +289,7 @@ func dumpIncremental(ctx context.Context, events Events, out string, opts DumpOp
 				return nil
 			}
 		}
-		if err := writeEvent(out, r.e, r.dirs); err != nil {
+		if err := writeEvent(out, r.e, r.dirs, r.links); err != nil {
 			return err
 		}
 		written++
@@ -291,17 +297,21 @@ func dumpIncremental(ctx context.Context, events Events, out string, opts DumpOp
 	}
 	if next <= md.To {
 		var err error
-		if fl.on() && opts.Catalog != nil {
-			// The catalog, advanced in step, shows what moves into the
+		var cat *Catalog
+		if fl.on() {
+			// A catalog, advanced in step, shows what moves into the
 			// filter.
-			err = opts.Catalog.replay(ctx, events, next, md.To, write, func(id uint64) error { return checkpoint(out, id) })
+			cat, err = filterCatalog(ctx, opts, next)
 		}
-		if !fl.on() || opts.Catalog == nil || errors.Is(err, errCatalogPast) {
+		if cat != nil {
+			err = cat.replay(ctx, events, next, md.To, write, func(id uint64) error { return checkpoint(out, id) })
+		}
+		if !fl.on() || cat == nil || errors.Is(err, errCatalogPast) {
 			past := err
 			err = events.Range(ctx, next, md.To, func(e *journal.Event) error {
 				if err := write(e, nil); err != nil {
 					if errors.Is(err, errNoView) {
-						err = fmt.Errorf("%w: a filtered dump knows it from the catalog, which must be at or before event %d (%v); dump the filtered BOOTSTRAP again to start from", err, next-1, past)
+						err = fmt.Errorf("%w: a filtered dump knows it from a catalog at or before event %d (%v); dump the filtered BOOTSTRAP again to start from", err, next-1, past)
 					}
 					return err
 				}
@@ -325,10 +335,55 @@ func dumpIncremental(ctx context.Context, events Events, out string, opts DumpOp
 	return res, writeJSON(out, finishedFile, Finished{To: md.To})
 }
 
+// filterCatalog returns the catalog a filtered INCREMENTAL that writes
+// from event next on replays: one at or before next-1. The filter's own,
+// if it is; else it is seeded from the shared one, if that is, or, for a
+// dump from event 1, with the empty tree before it, where its target
+// starts. Without one, it returns nil and an error wrapping
+// errCatalogPast that says why.
+func filterCatalog(ctx context.Context, opts DumpOptions, next uint64) (*Catalog, error) {
+	usable := func(c *Catalog) (bool, string, error) {
+		at, built, err := c.At()
+		return err == nil && built && at < next, fmt.Sprintf("%s at event %d (built: %v)", filepath.Base(c.db.Path()), at, built), err
+	}
+	fc := opts.FilterCatalog
+	if fc == nil {
+		// Only the shared catalog: it is advanced itself.
+		if opts.Catalog == nil {
+			return nil, fmt.Errorf("no catalog: %w", errCatalogPast)
+		}
+		ok, why, err := usable(opts.Catalog)
+		if err != nil || ok {
+			return opts.Catalog, err
+		}
+		return nil, fmt.Errorf("%s: %w", why, errCatalogPast)
+	}
+	ok, why, err := usable(fc)
+	if err != nil || ok {
+		return fc, err
+	}
+	if opts.Catalog != nil {
+		ok, whyShared, err := usable(opts.Catalog)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return fc, fc.seedFrom(ctx, opts.Catalog)
+		}
+		why += ", " + whyShared
+	}
+	if next == 1 {
+		return fc, fc.seedEmpty()
+	}
+	return nil, fmt.Errorf("%s, dump from %d: %w", why, next, errCatalogPast)
+}
+
 // writeEvent writes one event directory: built under a temp name and
 // renamed, so that a directory with an event's name is always whole
-// (durability comes from the checkpoints' syncfs).
-func writeEvent(out string, e *journal.Event, dirs []string) error {
+// (durability comes from the checkpoints' syncfs). An arrival (dirs not
+// nil) lists its directories in _dirs and its symlinks, if any, in
+// _symlinks.
+func writeEvent(out string, e *journal.Event, dirs []string, links []Entry) error {
 	meta, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("event %d: %w", e.ID, err)
@@ -356,6 +411,15 @@ func writeEvent(out string, e *journal.Event, dirs []string) error {
 			b = append(append(b, Escape(d)...), '\n')
 		}
 		if err := os.WriteFile(filepath.Join(tmp, dirsFile), b, 0o644); err != nil {
+			return err
+		}
+	}
+	if len(links) > 0 {
+		var b []byte
+		for _, l := range links {
+			b = AppendSymlink(b, l.Path, l.Target)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, symlinksFile), b, 0o644); err != nil {
 			return err
 		}
 	}

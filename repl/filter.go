@@ -22,24 +22,31 @@ import (
 //
 //   - a rename or link from outside to inside is an arrival: for a file,
 //     an INSERT (WRITE outside a table) of its content, which replaces
-//     what the target held there; for a directory, a CREATE_* / MKDIR of
-//     it whose _files list every file below it (content as of the
-//     event, fetched like any new content: at its path, else in cmroot by
-//     checksum, else where later renames moved it) and whose _dirs list
-//     every directory of it, itself included — the load replaces what the
+//     what the target held there; for a symlink, a SYMLINK event; for a
+//     directory, a CREATE_* / MKDIR of it whose _files list every file
+//     below it (content as of the event, fetched like any new content: at
+//     its path, else in cmroot by checksum, else where later renames
+//     moved it), whose _dirs list every directory of it, itself included,
+//     and whose _symlinks its symlinks — the load replaces what the
 //     target held at that path with exactly that tree;
 //   - a rename from inside to outside is a removal of the whole subtree
 //     (DELETE for a file, DROP_* / RMDIR for a directory);
 //   - a rename that moves a filtered table along with its database (the
 //     database renamed, a --table filter) is narrowed to the table.
 //
-// What a directory held before it moved in comes from the catalog, which
-// the dump advances in step with the events it writes: it must be at or
-// before the event before the first one the dump writes (a filtered
-// BOOTSTRAP leaves it there, and each filtered INCREMENTAL leaves it at its
-// last event). Without such a catalog, a dump that meets a directory
-// moving in fails with errNoView; files, removals and everything inside
-// the filter need no catalog.
+// What a directory held before it moved in (and whether a name was a
+// symlink) comes from a catalog the dump advances in step with the events
+// it writes, from the event before the first one it writes: the filter's
+// own (FilterCatalogFile), which only that filter's dumps move, so that
+// another filter's chain or a BOOTSTRAP (which moves the shared one)
+// cannot take it past a chain's next dump. When it is not at or before
+// that event (the chain's first dump, or a second chain of the same
+// filter behind the first), it is seeded (filterCatalog): from the shared
+// catalog if that is, else, for a dump from event 1, with the empty tree
+// before it — where a chain from event 1 starts its target too. A
+// filtered BOOTSTRAP leaves it at or before its to. Without such a
+// catalog, a dump that meets a directory moving in fails with errNoView;
+// files, removals and everything inside the filter need no catalog.
 
 // filter is a --db / --table filter; the zero value keeps everything.
 type filter struct{ db, table string }
@@ -84,18 +91,18 @@ func (f filter) root(p string, dir bool) (suffix string, ok bool) {
 	return "", false
 }
 
-// entry is what the source tree holds at a path.
+// entry is what the source tree holds at a path: a directory, a regular
+// file (size, xxh64) or a symlink (target).
 type entry struct {
-	dir   bool
-	size  int64
-	xxh64 string
+	dir    bool
+	size   int64
+	xxh64  string
+	link   bool
+	target string
 }
 
 // treeView is the source tree as of the event before the one being
-// rewritten: its directories and regular files. Symlinks (which the
-// catalog lists) are not carried across the filter's edge yet: one that
-// moves in alone is refused, and those inside a directory that moves in
-// are left out.
+// rewritten: its directories, regular files and symlinks.
 type treeView interface {
 	// stat returns what is at p, ok false for nothing.
 	stat(p string) (e entry, ok bool, err error)
@@ -110,8 +117,9 @@ var errNoView = errors.New("the tree it held is not known")
 
 // rewritten is an event as a filtered dump writes it.
 type rewritten struct {
-	e    *journal.Event
-	dirs []string // non-nil: an arrival of a directory tree at e.Path
+	e     *journal.Event
+	dirs  []string // non-nil: an arrival of a directory tree at e.Path
+	links []Entry  // the symlinks of that tree
 }
 
 // rewrite returns e as the filter sees it: nil to leave it out, e itself
@@ -130,6 +138,12 @@ func (f filter) rewrite(e *journal.Event, v treeView) (*rewritten, error) {
 		case in && from:
 			return &rewritten{e: e}, nil
 		case in:
+			if !carries(e, e.NewPath) && v != nil {
+				// No content: a link to a symlink, which the tree knows.
+				if en, ok, err := v.stat(e.Path); err != nil || ok && en.link {
+					return &rewritten{e: symlinkArrival(e, e.NewPath, en.target)}, err
+				}
+			}
 			return &rewritten{e: fileArrival(e, e.NewPath, e.Files)}, nil
 		}
 		return nil, nil
@@ -146,32 +160,36 @@ func (f filter) rewrite(e *journal.Event, v treeView) (*rewritten, error) {
 	return nil, nil
 }
 
-// movedDir says whether a rename moved a directory: not if it carries the
-// moved file's content, yes if typed as a database, table or partition
-// rename, else as the tree says (nothing there: a symlink or a special
-// file, ok false). Without a tree, a rename without content is taken for
-// a directory's.
-func movedDir(e *journal.Event, v treeView) (dir, ok bool, err error) {
+// carries says whether e carries new content at p.
+func carries(e *journal.Event, p string) bool {
 	for _, fl := range e.Files {
-		if fl.CM == "" && fl.Path == e.NewPath {
-			return false, true, nil
+		if fl.CM == "" && fl.Path == p {
+			return true
 		}
 	}
-	if e.Type != journal.Rename || v == nil {
-		return true, true, nil
+	return false
+}
+
+// moved says what a rename moved: a file if it carries the moved file's
+// content, a directory if typed as a database, table or partition rename,
+// else what the tree says (nothing there: a special file, ok false).
+// Without a tree, a rename without content is taken for a directory's.
+func moved(e *journal.Event, v treeView) (en entry, ok bool, err error) {
+	if carries(e, e.NewPath) {
+		return entry{}, true, nil
 	}
-	en, ok, err := v.stat(e.Path)
-	return en.dir, ok, err
+	if e.Type != journal.Rename || v == nil {
+		return entry{dir: true}, true, nil
+	}
+	return v.stat(e.Path)
 }
 
 func (f filter) rename(e *journal.Event, v treeView) (*rewritten, error) {
-	dir, known, err := movedDir(e, v)
+	en, known, err := moved(e, v)
 	if err != nil {
 		return nil, err
 	}
-	if !known {
-		dir = false // a symlink (or a special file) is placed as a file is
-	}
+	dir := en.dir // a symlink (or a special file) is placed as a file is
 	srcSfx, fromIn := f.root(e.Path, dir)
 	dstSfx, toIn := f.root(e.NewPath, dir)
 	leaves := fromIn && !f.keeps(e.NewPath+srcSfx, dir || srcSfx != "")
@@ -200,8 +218,11 @@ func (f filter) rename(e *journal.Event, v treeView) (*rewritten, error) {
 	case arrives:
 		to := e.NewPath + dstSfx
 		if !dir {
-			if !known && v != nil {
-				return nil, fmt.Errorf("%s moves into the filter as %s: a symlink or special file, which the catalog does not list: not replicated", e.Path, to)
+			switch {
+			case en.link:
+				return &rewritten{e: symlinkArrival(e, to, en.target)}, nil
+			case !known && v != nil:
+				return nil, fmt.Errorf("%s moves into the filter as %s: a special file, which the catalog does not list: not replicated", e.Path, to)
 			}
 			return &rewritten{e: fileArrival(e, to, e.Files)}, nil
 		}
@@ -219,7 +240,7 @@ func (f filter) exchange(e *journal.Event, v treeView) (*rewritten, error) {
 		}
 		en, ok, err := v.stat(p)
 		if err == nil && !ok {
-			err = fmt.Errorf("%s is a symlink or special file, which the catalog does not list: not replicated", p)
+			err = fmt.Errorf("%s is a special file, which the catalog does not list: not replicated", p)
 		}
 		return en.dir, err
 	}
@@ -275,6 +296,12 @@ func fileArrival(e *journal.Event, p string, files []journal.File) *journal.Even
 	return stamp(n, false)
 }
 
+// symlinkArrival is a symlink arriving at p: a SYMLINK event, which
+// replaces what the target held there.
+func symlinkArrival(e *journal.Event, p, target string) *journal.Event {
+	return stamp(&journal.Event{ID: e.ID, Time: e.Time, Type: journal.Symlink, Path: p, Target: target}, false)
+}
+
 // treeArrival is what the tree held at from, as of the event before e,
 // arriving at to.
 func treeArrival(e *journal.Event, from, to string, v treeView) (*rewritten, error) {
@@ -283,33 +310,36 @@ func treeArrival(e *journal.Event, from, to string, v treeView) (*rewritten, err
 	}
 	var files []journal.File
 	var dirs []string
+	var links []Entry
 	var top *entry
 	err := v.walk(from, func(rel string, en entry) error {
 		p := to + rel
-		switch {
-		case rel == "":
+		if rel == "" {
 			top = &en
-			if en.dir {
-				dirs = append(dirs, p)
-			}
+		}
+		switch {
 		case en.dir:
 			dirs = append(dirs, p)
-		}
-		if !en.dir {
+		case en.link:
+			links = append(links, Entry{Path: p, Kind: EntrySymlink, Target: en.target})
+		default:
 			files = append(files, journal.File{Path: p, Size: en.size, XXH64: en.xxh64})
 		}
 		return nil
 	})
-	if err != nil || top == nil {
+	switch {
+	case err != nil || top == nil:
 		return nil, err // nothing there: nothing arrives
-	}
-	if !top.dir {
+	case top.link:
+		return &rewritten{e: symlinkArrival(e, to, top.target)}, nil
+	case !top.dir:
 		return &rewritten{e: fileArrival(e, to, files)}, nil
 	}
 	sort.Strings(dirs)
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	sort.Slice(links, func(i, j int) bool { return links[i].Path < links[j].Path })
 	n := stamp(&journal.Event{ID: e.ID, Time: e.Time, Type: levelType(true, to), Path: to, Files: files}, true)
-	return &rewritten{e: n, dirs: dirs}, nil
+	return &rewritten{e: n, dirs: dirs, links: links}, nil
 }
 
 // levelType is the type of the event that makes (mk) or removes the
@@ -356,14 +386,16 @@ func (c catView) stat(p string) (entry, bool, error) {
 	if v == nil {
 		return entry{}, false, nil
 	}
-	en, err := parseEntry(v)
+	en, err := viewEntry(v)
 	if err != nil {
 		return entry{}, false, fmt.Errorf("catalog entry %q: %w", p, err)
 	}
-	if en.Kind == EntrySymlink {
-		return entry{}, false, nil // not carried across the filter's edge (see treeView)
-	}
-	return entry{dir: en.Kind == EntryDir, size: en.Size, xxh64: en.XXH64}, true, nil
+	return en, true, nil
+}
+
+func viewEntry(v []byte) (entry, error) {
+	en, err := parseEntry(v)
+	return entry{dir: en.Kind == EntryDir, size: en.Size, xxh64: en.XXH64, link: en.Kind == EntrySymlink, target: en.Target}, err
 }
 
 func (c catView) walk(p string, fn func(rel string, e entry) error) error {
@@ -377,14 +409,11 @@ func (c catView) walk(p string, fn func(rel string, e entry) error) error {
 	prefix := []byte(p + "/")
 	cur := c.a.b.Cursor()
 	for k, v := cur.Seek(prefix); k != nil && strings.HasPrefix(string(k), string(prefix)); k, v = cur.Next() {
-		en, err := parseEntry(v)
+		en, err := viewEntry(v)
 		if err != nil {
 			return fmt.Errorf("catalog entry %q: %w", k, err)
 		}
-		if en.Kind == EntrySymlink {
-			continue // not carried across the filter's edge (see treeView)
-		}
-		if err := fn(string(k[len(p):]), entry{dir: en.Kind == EntryDir, size: en.Size, xxh64: en.XXH64}); err != nil {
+		if err := fn(string(k[len(p):]), en); err != nil {
 			return err
 		}
 	}

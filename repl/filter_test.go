@@ -83,11 +83,18 @@ var filterCases = []filterCase{
 			s.rename("a.db/t/f1", "b.db/t/f1") // out
 			s.rename("b.db/t/f2", "a.db/t/f2") // in
 			s.rename("b.db/t/f4", "a.db/t/f3") // over
+			s.symlink("b.db/t/ln", "f2")
+			s.renameDir("b.db/t/ln", "a.db/t/ln", journal.Rename) // a symlink in
+			s.symlink("b.db/t/ln2", "/etc/hostname")
+			s.renameOver("b.db/t/ln2", "a.db/t/f2")               // a symlink over a file
+			s.renameDir("a.db/t/ln", "b.db/t/ln", journal.Rename) // a symlink out
 			s.mkdir("b.db/u")
 			s.mkdir("b.db/u/k=1")
 			s.write("b.db/u/k=1/g", "gee")
 			s.mkdir("b.db/u/k=1/empty")
-			s.renameDir("b.db/u", "a.db/u", journal.RenameTable)             // a table in
+			s.symlink("b.db/u/k=1/ln", "g")
+			s.symlink("b.db/u/k=1/empty/dangling", "../nowhere")
+			s.renameDir("b.db/u", "a.db/u", journal.RenameTable)             // a table in, symlinks too
 			s.renameDir("a.db/u/k=1", "a.db/u/k=2", journal.RenamePartition) // renamed inside
 			s.write("a.db/u/k=2/g", "gee, changed")
 			s.rename("a.db/u/k=2/g", "a.db/t/g")
@@ -107,14 +114,17 @@ var filterCases = []filterCase{
 			s.write("b.db/t/f4", "four, new")
 		},
 		moves: func(s *source) {
-			s.rename("a.db/t/f1", "a.db/s/f1")                     // out
-			s.rename("a.db/s/f2", "a.db/t/f2")                     // in
-			s.rename("b.db/t/f4", "a.db/t/f3")                     // over
+			s.rename("a.db/t/f1", "a.db/s/f1") // out
+			s.rename("a.db/s/f2", "a.db/t/f2") // in
+			s.rename("b.db/t/f4", "a.db/t/f3") // over
+			s.symlink("a.db/s/ln", "../t/f2")
+			s.renameDir("a.db/s/ln", "a.db/t/ln", journal.Rename)  // a symlink in
 			s.renameDir("a.db/t", "a.db/old", journal.RenameTable) // the table out
 			s.mkdir("b.db/u")
 			s.mkdir("b.db/u/k=1")
 			s.write("b.db/u/k=1/g", "gee")
 			s.mkdir("b.db/u/k=1/empty")
+			s.symlink("b.db/u/k=1/empty/ln", "/etc/hostname")
 			s.renameDir("b.db/u", "a.db/t", journal.RenameTable)             // a table in
 			s.renameDir("a.db/t/k=1", "a.db/t/k=2", journal.RenamePartition) // renamed inside
 			s.write("a.db/t/k=2/g", "gee, changed")
@@ -374,4 +384,68 @@ func TestFilterExchange(t *testing.T) {
 	}
 	mustLoad(t, out, target, s.fetcher())
 	checkFiltered(t, s, target, "a", "", last)
+}
+
+// Filtered chains, each with its own catalog, are independent of one
+// another and of BOOTSTRAPs that move the shared catalog: two chains from
+// event 1 (their catalogs start empty) and a BOOTSTRAP every few events,
+// all sharing one catalog, each chain checked at every event.
+func TestFilterChainsOwnCatalogs(t *testing.T) {
+	s := newSource(t)
+	filterCases[0].base(s)
+	filterCases[0].moves(s)
+	ctx := context.Background()
+	state := t.TempDir()
+	shared, err := OpenCatalog(filepath.Join(state, CatalogFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shared.Close()
+	type chain struct {
+		db, table string
+		cat       *Catalog
+		target    string
+	}
+	var chains []*chain
+	for _, f := range []filter{{db: "a"}, {db: "a", table: "t"}, {db: "a", table: "u"}} {
+		c, err := OpenCatalog(filepath.Join(state, FilterCatalogFile(f.db, f.table)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		chains = append(chains, &chain{db: f.db, table: f.table, cat: c, target: t.TempDir()})
+	}
+	// The source's tree is the one at the end: BOOTSTRAPs must build the
+	// shared catalog at the end, then it is past every chain.
+	if _, err := shared.Update(ctx, &s.ev, LocalTree{Root: s.root}); err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(1); id <= uint64(len(s.ev.events)); id++ {
+		for _, c := range chains {
+			out := filepath.Join(t.TempDir(), "d")
+			if _, err := Dump(ctx, &s.ev, out, DumpOptions{From: id, To: id, Source: "src", DB: c.db, Table: c.table, Catalog: shared, FilterCatalog: c.cat}); err != nil {
+				t.Fatalf("%s.%s: dump event %d (%s %s): %v", c.db, c.table, id, s.ev.events[id-1].Type, s.ev.events[id-1].Path, err)
+			}
+			if _, err := Load(ctx, out, c.target, s.fetcher(), LoadOptions{}); err != nil {
+				t.Fatalf("%s.%s: load event %d: %v", c.db, c.table, id, err)
+			}
+			checkFiltered(t, s, c.target, c.db, c.table, id)
+		}
+	}
+	for _, c := range chains {
+		if at, _, _ := c.cat.At(); at != uint64(len(s.ev.events)) {
+			t.Errorf("%s.%s: its catalog at %d, want %d", c.db, c.table, at, len(s.ev.events))
+		}
+	}
+}
+
+func TestFilterCatalogFile(t *testing.T) {
+	seen := map[string]bool{}
+	for _, f := range [][2]string{{"a", ""}, {"", "a"}, {"a", "t"}, {"a-table=t", ""}, {"a", "-table=t"}, {"a%2D", ""}, {"a-", ""}} {
+		n := FilterCatalogFile(f[0], f[1])
+		if seen[n] || strings.Contains(n, "/") || n == CatalogFile {
+			t.Errorf("FilterCatalogFile(%q, %q) = %q: not a name of its own", f[0], f[1], n)
+		}
+		seen[n] = true
+	}
 }

@@ -192,6 +192,29 @@ func (s *source) rename(from, to string) *journal.Event {
 	return s.emit(&journal.Event{Type: journal.Rename, Path: from, NewPath: to, DB: loc.DB, Table: loc.Table, Partition: loc.Partition, Files: files})
 }
 
+// symlink makes rel a symlink to target.
+func (s *source) symlink(rel, target string) *journal.Event {
+	s.t.Helper()
+	if err := os.Symlink(target, s.abs(rel)); err != nil {
+		s.t.Fatal(err)
+	}
+	return s.emit(&journal.Event{Type: journal.Symlink, Path: rel, Target: target})
+}
+
+// renameOver renames what is not a regular file (a symlink) over to,
+// preserving to if it is one.
+func (s *source) renameOver(from, to string) *journal.Event {
+	s.t.Helper()
+	var files []journal.File
+	if fi, err := os.Lstat(s.abs(to)); err == nil && fi.Mode().IsRegular() {
+		files = append(files, s.preserve(to))
+	}
+	if err := os.Rename(s.abs(from), s.abs(to)); err != nil {
+		s.t.Fatal(err)
+	}
+	return s.emit(&journal.Event{Type: journal.Rename, Path: from, NewPath: to, Files: files})
+}
+
 // renameDir renames a directory (a table or partition rename).
 func (s *source) renameDir(from, to string, t journal.Type) *journal.Event {
 	s.t.Helper()

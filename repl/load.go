@@ -148,8 +148,8 @@ func load(ctx context.Context, dumpDir, target string, fetch Fetcher, opts LoadO
 			if id <= st.LastReplID {
 				continue
 			}
-			e, adds, dirs, err := readEventDir(filepath.Join(dumpDir, EventDirName(id)), id)
-			if !yield(step{id: id, e: e, adds: adds, dirs: dirs, err: err}) || err != nil {
+			e, adds, ar, err := readEventDir(filepath.Join(dumpDir, EventDirName(id)), id)
+			if !yield(step{id: id, e: e, adds: adds, dirs: ar.dirs, links: ar.links, err: err}) || err != nil {
 				return
 			}
 		}
@@ -168,6 +168,11 @@ func load(ctx context.Context, dumpDir, target string, fetch Fetcher, opts LoadO
 			}
 			if err == nil {
 				err = l.apply(s.e, s.adds, s.jobs)
+			}
+			for _, ln := range s.links {
+				if err == nil {
+					err = l.symlink(ln.Path, ln.Target)
+				}
 			}
 			if err != nil {
 				err = fmt.Errorf("event %d (%s %s): %w", s.id, s.e.Type, s.e.Path, err)
@@ -240,20 +245,28 @@ func eventDirs(dumpDir string, md Metadata) ([]uint64, error) {
 	return ids, nil
 }
 
+// arrival is what an arrival in a filtered dump makes besides its
+// event's files: its directories (nil if it is no arrival) and symlinks.
+type arrival struct {
+	dirs  []string
+	links []Entry
+}
+
 // readEventDir reads the event, the new content it lists and, for an
-// arrival in a filtered dump, the directories it makes (nil if none) from
+// arrival in a filtered dump, the directories and symlinks it makes from
 // one event directory of an INCREMENTAL dump.
-func readEventDir(dir string, id uint64) (*journal.Event, []journal.File, []string, error) {
+func readEventDir(dir string, id uint64) (*journal.Event, []journal.File, arrival, error) {
+	var none arrival
 	e, err := readEvent(dir)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("event %d: %w", id, err)
+		return nil, nil, none, fmt.Errorf("event %d: %w", id, err)
 	}
 	if e.ID != id {
-		return nil, nil, nil, fmt.Errorf("%s holds event %d: %w", dir, e.ID, ErrFormat)
+		return nil, nil, none, fmt.Errorf("%s holds event %d: %w", dir, e.ID, ErrFormat)
 	}
 	adds, err := ReadFiles(filepath.Join(dir, filesFile))
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("event %d: %w", id, err)
+		return nil, nil, none, fmt.Errorf("event %d: %w", id, err)
 	}
 	var want []journal.File
 	for _, f := range e.Files {
@@ -262,29 +275,42 @@ func readEventDir(dir string, id uint64) (*journal.Event, []journal.File, []stri
 		}
 	}
 	if !sameFiles(adds, want) {
-		return nil, nil, nil, fmt.Errorf("event %d: %s does not list the new content %s names: %w", id, filesFile, eventMeta, ErrFormat)
+		return nil, nil, none, fmt.Errorf("event %d: %s does not list the new content %s names: %w", id, filesFile, eventMeta, ErrFormat)
 	}
 	dirs, err := readDirs(filepath.Join(dir, dirsFile))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return e, adds, nil, nil
+		if _, err := os.Lstat(filepath.Join(dir, symlinksFile)); err == nil {
+			return nil, nil, none, fmt.Errorf("event %d: %s without %s: %w", id, symlinksFile, dirsFile, ErrFormat)
+		}
+		return e, adds, none, nil
 	case err != nil:
-		return nil, nil, nil, fmt.Errorf("event %d: %w", id, err)
+		return nil, nil, none, fmt.Errorf("event %d: %w", id, err)
 	}
+	links, err := readSymlinks(filepath.Join(dir, symlinksFile))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, none, fmt.Errorf("event %d: %w", id, err)
+	}
+	below := func(p string) bool { return p == e.Path || strings.HasPrefix(p, e.Path+"/") }
 	for _, d := range dirs {
-		if d != e.Path && !strings.HasPrefix(d, e.Path+"/") {
-			return nil, nil, nil, fmt.Errorf("event %d: %s lists %s, not below %s: %w", id, dirsFile, d, e.Path, ErrFormat)
+		if !below(d) {
+			return nil, nil, none, fmt.Errorf("event %d: %s lists %s, not below %s: %w", id, dirsFile, d, e.Path, ErrFormat)
 		}
 	}
 	for _, f := range adds {
-		if !strings.HasPrefix(f.Path, e.Path+"/") && f.Path != e.Path {
-			return nil, nil, nil, fmt.Errorf("event %d: %s lists %s, not below %s: %w", id, filesFile, f.Path, e.Path, ErrFormat)
+		if !below(f.Path) {
+			return nil, nil, none, fmt.Errorf("event %d: %s lists %s, not below %s: %w", id, filesFile, f.Path, e.Path, ErrFormat)
+		}
+	}
+	for _, ln := range links {
+		if !below(ln.Path) || ln.Path == e.Path {
+			return nil, nil, none, fmt.Errorf("event %d: %s lists %s, not below %s: %w", id, symlinksFile, ln.Path, e.Path, ErrFormat)
 		}
 	}
 	if dirs == nil {
 		dirs = []string{}
 	}
-	return e, adds, dirs, nil
+	return e, adds, arrival{dirs: dirs, links: links}, nil
 }
 
 func sameFiles(a, b []journal.File) bool {

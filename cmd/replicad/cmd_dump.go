@@ -43,9 +43,10 @@ with its content, one moved out is removed). --db takes NAME or NAME.db;
 --table takes TABLE (in every database, or in --db's), DB.TABLE or
 DB.db/TABLE. A name the warehouse does not hold and its journal never
 named is refused. A filtered INCREMENTAL takes what a moved-in directory
-held from the catalog, which it advances in step: the catalog must not be
-past the dump's first event (run a filtered chain's dumps in order, from
-a filtered BOOTSTRAP).
+held from the filter's own catalog (STATE/catalog-db=NAME-table=NAME.db),
+which only that filter's dumps advance, in step with the events they
+write; a filtered BOOTSTRAP, or the chain's first INCREMENTAL, seeds it
+from the shared catalog (or empty, for a dump from event 1).
 
 The dump directory is named after what it holds: incremental-N-M or
 bootstrap-M, with -db=NAME and -table=NAME appended for a filtered dump.
@@ -103,6 +104,16 @@ func checkFilter(ctx context.Context, events repl.Events, m mount, db, table str
 	return fmt.Errorf("--table %s.%s: no table %s.db/%s in %s, nor in its journal up to event %d", db, table, db, table, m.backing, to)
 }
 
+// filterCatalogAt says whether a filter's own catalog can serve a
+// filtered INCREMENTAL from from as it is: built, at or before from-1.
+func filterCatalogAt(c *repl.Catalog, from uint64) bool {
+	if c == nil || from == 0 {
+		return false
+	}
+	at, built, err := c.At()
+	return err == nil && built && at < from
+}
+
 // dumpReport is what dump prints with --json.
 type dumpReport struct {
 	Dump string    `json:"dump"`
@@ -151,20 +162,31 @@ func runDump(ctx context.Context, g *globalOptions, opts dumpOptions, _ []string
 		}
 	}
 	do := repl.DumpOptions{From: opts.from, To: opts.to, DB: db, Table: table, Source: m.sourceID()}
-	if opts.from == 0 || db != "" || table != "" {
+	if opts.from == 0 {
+		do.Tree = m.tree()
+	}
+	filtered := db != "" || table != ""
+	if filtered && !opts.walk {
 		// A filtered INCREMENTAL takes what moves into the filter from
-		// the catalog, which it advances in step.
-		if opts.from == 0 {
-			do.Tree = m.tree()
+		// the filter's own catalog, which it advances in step; a
+		// filtered BOOTSTRAP seeds it.
+		c, err := repl.OpenCatalog(filepath.Join(m.state, repl.FilterCatalogFile(db, table)))
+		if err != nil {
+			return err
 		}
-		if !opts.walk {
-			c, err := repl.OpenCatalog(filepath.Join(m.state, repl.CatalogFile))
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			do.Catalog = c
+		defer c.Close()
+		do.FilterCatalog = c
+	}
+	if opts.from == 0 && !opts.walk || filtered && !filterCatalogAt(do.FilterCatalog, opts.from) {
+		// The shared catalog: what a BOOTSTRAP lists, and what a filter's
+		// own catalog is seeded from (held only when needed: one process
+		// holds it at a time).
+		c, err := repl.OpenCatalog(filepath.Join(m.state, repl.CatalogFile))
+		if err != nil {
+			return err
 		}
+		defer c.Close()
+		do.Catalog = c
 	}
 
 	dir, err := dumpDir(ctx, root, events, &do)
