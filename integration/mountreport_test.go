@@ -33,14 +33,7 @@ func TestMountReports(t *testing.T) {
 		if err := os.Remove(p); err != nil {
 			t.Fatal(err)
 		}
-		mnt := filepath.Join(t.TempDir(), "mnt")
-		if err := os.Mkdir(mnt, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		res := cmfs(t, "mount", "--daemon", m.Backing, mnt)
-		if isMounted(mnt) {
-			t.Cleanup(func() { (&mounted{Mnt: mnt}).unmount(t) })
-		}
+		res := remountDaemon(t, m.Backing)
 		if !strings.Contains(res.Stderr, "recovery fsck") || !strings.Contains(res.Stderr, "1 missing") {
 			t.Errorf("mount --daemon after losing a cmroot entry: %v; want the recovery findings on stderr", res)
 		}
@@ -53,14 +46,7 @@ func TestMountReports(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(m.State, "inflight"), []byte{0xff, 0xff, 0, 0, '{'}, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		mnt := filepath.Join(t.TempDir(), "mnt")
-		if err := os.Mkdir(mnt, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		res := cmfs(t, "mount", "--daemon", m.Backing, mnt)
-		if isMounted(mnt) {
-			t.Cleanup(func() { (&mounted{Mnt: mnt}).unmount(t) })
-		}
+		res := remountDaemon(t, m.Backing)
 		if res.Code != 0 || !strings.Contains(res.Stderr, "1 damaged record(s) ignored") {
 			t.Errorf("mount --daemon over a damaged in-flight table: %v; want it mounted, and the finding on stderr", res)
 		}
@@ -90,4 +76,19 @@ func TestMountReports(t *testing.T) {
 			}
 		}
 	})
+}
+
+// remountDaemon runs `cmfs mount --daemon` of backing on a fresh mount
+// point, unmounted at cleanup if it mounted, and returns what it printed.
+func remountDaemon(t *testing.T, backing string) result {
+	t.Helper()
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res := cmfs(t, "mount", "--daemon", backing, mnt)
+	if isMounted(mnt) {
+		t.Cleanup(func() { (&mounted{Mnt: mnt}).unmount(t) })
+	}
+	return res
 }

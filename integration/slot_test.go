@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cmfs-project/cmfs/slot"
 )
 
 // TestSlotCatchUp: a destination that follows with a replication slot is
@@ -31,7 +33,7 @@ func TestSlotCatchUp(t *testing.T) {
 	}
 	res := mustReplicad(t, "slots", "--source", s.srv.Addr, "--json")
 	var rs struct {
-		Slots []slotStatus `json:"slots"`
+		Slots []slot.Report `json:"slots"`
 	}
 	if err := json.Unmarshal([]byte(res.Stdout), &rs); err != nil || len(rs.Slots) != 1 || rs.Slots[0] != st.Slots[0] {
 		t.Errorf("replicad slots --json = %q (%v), want %+v", res.Stdout, err, st.Slots)
@@ -236,18 +238,9 @@ func httpGet(t *testing.T, url string) string {
 	return string(b)
 }
 
-type slotStatus struct {
-	Name     string `json:"name"`
-	Position uint64 `json:"position"`
-	Lag      uint64 `json:"lag"`
-	Lost     bool   `json:"lost"`
-	Entries  int    `json:"pinned_entries"`
-	Bytes    int64  `json:"pinned_bytes"`
-}
-
 func (s *slotRun) status(t *testing.T) (st struct {
-	Slots   []slotStatus `json:"slots"`
-	Horizon uint64       `json:"slot_horizon"`
+	Slots   []slot.Report `json:"slots"`
+	Horizon uint64        `json:"slot_horizon"`
 }) {
 	t.Helper()
 	res := cmfs(t, "status", "--state", s.m.State, "--json")
