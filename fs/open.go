@@ -58,6 +58,17 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if !live {
 		return nil, 0, syscall.ENOENT
 	}
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY && flags&syscall.O_TRUNC == 0 {
+		// A read changes nothing: only its registration needs the lock,
+		// so readers of one file do not wait on each other's open.
+		h, err := n.r.core.Open(ctx, rel, flags, protect.Use{}, protect.Prepared{}, n)
+		if err != nil {
+			return nil, 0, toErrno(err)
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.register(h), 0, 0
+	}
 	// Before the node's lock: see protect.Core.Gate.
 	p := n.r.core.Prepare(rel, flags&syscall.O_TRUNC != 0)
 	defer p.Release()
