@@ -66,9 +66,7 @@ func (n *node) Swapped(f *os.File) (undo func()) {
 	defer r.swapMu.Unlock()
 	old := n.swapped.Swap(x.Ino)
 	prev, hadPrev := r.swaps[old]
-	if hadPrev && (old == 0 || prev.n != n) {
-		hadPrev = false
-	}
+	hadPrev = hadPrev && old != 0 && prev.n == n
 	if hadPrev {
 		delete(r.swaps, old)
 	}

@@ -114,28 +114,7 @@ func TestDamagedJournal(t *testing.T) {
 // TestDamagedCMRootEntry flips a byte of a preserved original: fsck
 // reports it corrupt (exit 1), and --repair moves it aside.
 func TestDamagedCMRootEntry(t *testing.T) {
-	m := mount(t)
-	writeFile(t, m.path("sales.db/orders/dt=1/part-0"), []byte("original content\n"))
-	if err := os.Remove(m.path("sales.db/orders/dt=1/part-0")); err != nil {
-		t.Fatal(err)
-	}
-	m.unmount(t)
-	m.NoCheck = true
-	var entry string
-	for _, e := range events(t, m.State) {
-		for _, f := range e.Files {
-			if f.CM != "" {
-				entry = f.CM
-			}
-		}
-	}
-	if entry == "" {
-		t.Fatal("no event names a cmroot entry")
-	}
-	p, err := cmEntry(m.CMRoot, entry)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, entry, p := preservedOne(t, "original content\n")
 	b := readFile(t, p)
 	b[0] ^= 0xff
 	if err := os.WriteFile(p, b, 0o600); err != nil {
@@ -156,4 +135,35 @@ func TestDamagedCMRootEntry(t *testing.T) {
 	if len(aside) != 1 {
 		t.Errorf("fsck --repair: %d files in .corrupt for %s, want 1: %v", len(aside), entry, res)
 	}
+}
+
+// preservedOne mounts a fresh warehouse, deletes one file of content
+// through it and unmounts it, leaving the cleanup's checks off for a test
+// that then damages the state: it returns the mount, the cmroot name of
+// the preserved original and the entry's path.
+func preservedOne(t *testing.T, content string) (*mounted, string, string) {
+	t.Helper()
+	m := mount(t)
+	writeFile(t, m.path("sales.db/orders/dt=1/part-0"), []byte(content))
+	if err := os.Remove(m.path("sales.db/orders/dt=1/part-0")); err != nil {
+		t.Fatal(err)
+	}
+	m.unmount(t)
+	m.NoCheck = true
+	var entry string
+	for _, e := range events(t, m.State) {
+		for _, f := range e.Files {
+			if f.CM != "" {
+				entry = f.CM
+			}
+		}
+	}
+	if entry == "" {
+		t.Fatal("no event names a cmroot entry")
+	}
+	p, err := cmEntry(m.CMRoot, entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, entry, p
 }

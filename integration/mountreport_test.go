@@ -11,25 +11,7 @@ import (
 // they ran `cmfs mount`, not only in STATE/cmfs.log.
 func TestMountReports(t *testing.T) {
 	t.Run("recovery findings with --daemon", func(t *testing.T) {
-		m := mount(t)
-		writeFile(t, m.path("sales.db/orders/dt=1/part-0"), []byte("original\n"))
-		if err := os.Remove(m.path("sales.db/orders/dt=1/part-0")); err != nil {
-			t.Fatal(err)
-		}
-		m.unmount(t)
-		m.NoCheck = true
-		var entry string
-		for _, e := range events(t, m.State) {
-			for _, f := range e.Files {
-				if f.CM != "" {
-					entry = f.CM
-				}
-			}
-		}
-		p, err := cmEntry(m.CMRoot, entry)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m, _, p := preservedOne(t, "original\n")
 		if err := os.Remove(p); err != nil {
 			t.Fatal(err)
 		}
