@@ -23,8 +23,11 @@ test: build unit integration
 unit:
 	$(GO) test -race $(UNIT)
 
+# gotestsum (a tool of go.mod) prints each test as it ends, so a long
+# integration run shows its progress; -count=1: they mount and start
+# processes, nothing to cache.
 integration: build
-	$(GO) test -count=1 -timeout 25m $(INTEGRATION)
+	$(GO) tool gotestsum --format testname --format-hide-empty-pkg -- -count=1 -timeout 25m $(INTEGRATION)
 
 # cmfsbench also runs cmfs as built at BENCH_BASE, as column cmfs@REV, and
 # shows cmfs's ratio against it. c975bd5 is the last commit before cmfs
