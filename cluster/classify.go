@@ -128,6 +128,8 @@ type analysis struct {
 	depends []int32
 	// deletes pending
 	deleting []int32
+	// at: the node of each replica
+	at []int32
 	// racks of the good copies in maintenance
 	maintRacks []int32
 	// stale: good copies on stale nodes; coming: copies on their way
@@ -195,13 +197,23 @@ func (t *topo) analyze(c *Container, reps []Replica, pending []Command, cfg *Con
 		return
 	}
 	a.n = int(c.Replication.N)
-	ref, disputed := t.reference(c, reps)
-	// away: good copies in maintenance on nodes offline, expected back
-	live, future, maint, away := 0, 0, 0, 0
+	// Each replica's node, looked up once: -1 for a node the coordinator
+	// forgot, which there is nothing to count on.
+	a.at = a.at[:0]
 	for _, r := range reps {
 		i, ok := t.idx[r.Node]
 		if !ok {
-			continue // a node the coordinator forgot: nothing to count on
+			i = -1
+		}
+		a.at = append(a.at, i)
+	}
+	ref, disputed := t.reference(c, reps, a.at)
+	// away: good copies in maintenance on nodes offline, expected back
+	live, future, maint, away := 0, 0, 0, 0
+	for k, r := range reps {
+		i := a.at[k]
+		if i < 0 {
+			continue
 		}
 		a.holders = addOnce(a.holders, i)
 		if slices.Contains(a.deleting, i) {
@@ -273,9 +285,9 @@ func (t *topo) analyze(c *Container, reps []Replica, pending []Command, cfg *Con
 	a.sources = slices.Insert(a.sources, 0, a.inService...)
 	for _, rank := range []OpState{Decommissioning, Decommissioned} {
 		from := len(a.sources)
-		for _, r := range reps {
-			i, ok := t.idx[r.Node]
-			if ok && t.nodes[i].OpState == rank && t.nodes[i].Health == Healthy && r.State == Closed &&
+		for k, r := range reps {
+			i := a.at[k]
+			if i >= 0 && t.nodes[i].OpState == rank && t.nodes[i].Health == Healthy && r.State == Closed &&
 				!disputed && r.Checksum == ref && !slices.Contains(a.deleting, i) {
 				a.sources = addOnce(a.sources, i)
 			}
@@ -333,7 +345,7 @@ func (t *topo) analyze(c *Container, reps []Replica, pending []Command, cfg *Con
 // reference is the checksum a good replica has: the container's own if
 // the coordinator recorded one, else the one most CLOSED replicas on
 // nodes not lost agree on; disputed when two lead with the same count.
-func (t *topo) reference(c *Container, reps []Replica) (ref uint64, disputed bool) {
+func (t *topo) reference(c *Container, reps []Replica, at []int32) (ref uint64, disputed bool) {
 	if c.Checksum != 0 {
 		return c.Checksum, false
 	}
@@ -342,9 +354,9 @@ func (t *topo) reference(c *Container, reps []Replica) (ref uint64, disputed boo
 		n int
 	}
 	k := 0
-	for _, r := range reps {
-		i, ok := t.idx[r.Node]
-		if !ok || r.State != Closed || (t.nodes[i].Health == Dead && !t.nodes[i].OpState.maintenance()) {
+	for x, r := range reps {
+		i := at[x]
+		if i < 0 || r.State != Closed || (t.nodes[i].Health == Dead && !t.nodes[i].OpState.maintenance()) {
 			continue
 		}
 		j := 0

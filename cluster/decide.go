@@ -196,7 +196,9 @@ func (d *decider) replicate(c *Container, want int, onNewRack bool) {
 		if src < 0 {
 			return
 		}
-		dst := d.target(c, onNewRack)
+		// Off the racks in use only if none could take it later, or if this
+		// is the last copy: waiting costs less than copying twice.
+		dst := d.target(c, onNewRack || (a.Redundancy > 0 && d.newRackExists(c)))
 		if dst < 0 {
 			return
 		}
@@ -262,6 +264,17 @@ func (d *decider) target(c *Container, onNewRack bool) int32 {
 		}
 	}
 	return best
+}
+
+// newRackExists reports whether a node that could take c, once it has
+// capacity, is on a rack c's copies do not use.
+func (d *decider) newRackExists(c *Container) bool {
+	for _, i := range d.targets {
+		if !slices.Contains(d.a.used, d.rack[i]) && !slices.Contains(d.a.holders, i) && d.nodes[i].FreeBytes >= 2*c.Bytes {
+			return true
+		}
+	}
+	return false
 }
 
 // remove deletes what c has too many of: bad replicas, once enough good

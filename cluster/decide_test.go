@@ -48,7 +48,7 @@ func TestDecide(t *testing.T) {
 			mods: nodeMods{"a1": {free(1 << 41)}}, replicas: reps(1, "a1", "a2", "b1", "c1"),
 			class: cluster.OverReplicated, want: []string{"D 1 a2"}},
 		{name: "two extras on four racks: spread kept at three",
-			nodes: []cluster.Node{node("a1", "A"), node("b1", "B"), node("c1", "C"), node("d1", "D"), node("d2", "D")},
+			nodes:    []cluster.Node{node("a1", "A"), node("b1", "B"), node("c1", "C"), node("d1", "D"), node("d2", "D")},
 			replicas: reps(1, "a1", "b1", "c1", "d1", "d2"), class: cluster.OverReplicated, want: []string{"D 1 a1", "D 1 d1"}},
 		{name: "one rack: any nodes",
 			nodes:    []cluster.Node{node("n1", "A"), node("n2", "A"), node("n3", "A")},

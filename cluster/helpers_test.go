@@ -103,11 +103,12 @@ func decide(t *testing.T, s cluster.State, c cluster.Config) cluster.Decision {
 }
 
 // converge runs Decide and applies its decision until a cycle decides
-// nothing, calling check after every cycle; it returns the cycles run.
-func converge(t *testing.T, s *cluster.State, c cluster.Config, max int, check func(cycle int, d cluster.Decision)) int {
+// nothing, calling check after every cycle (which may change *c for the
+// next); it returns the cycles run.
+func converge(t *testing.T, s *cluster.State, c *cluster.Config, max int, check func(cycle int, d cluster.Decision)) int {
 	t.Helper()
 	for cycle := 1; cycle <= max; cycle++ {
-		d := decide(t, *s, c)
+		d := decide(t, *s, *c)
 		if len(d.Commands) == 0 && len(d.Transitions) == 0 {
 			return cycle
 		}

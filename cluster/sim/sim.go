@@ -152,3 +152,25 @@ func Generate(spec Spec) cluster.State {
 	}
 	return s
 }
+
+// Count is the floor of any decision cycle, the benchmarks' baseline: one
+// walk over the containers and their replicas (sorted by container, as
+// Generate makes them), counting the replicas of each, with the number
+// of containers that have fewer than their replication asks for.
+func Count(s cluster.State) (short int) {
+	r := 0
+	for _, c := range s.Containers {
+		for r < len(s.Replicas) && s.Replicas[r].Container < c.ID {
+			r++
+		}
+		n := 0
+		for r < len(s.Replicas) && s.Replicas[r].Container == c.ID {
+			n++
+			r++
+		}
+		if n < int(c.Replication.N) {
+			short++
+		}
+	}
+	return short
+}
