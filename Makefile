@@ -43,6 +43,7 @@ bench: build bench-deps
 	CMFS_BENCH=1 $(GO) test -run TestBench -v ./journal/
 	$(GO) run ./bench/cmd/replbench
 	$(GO) run ./bench/cmd/containerbench --replicad bin/replicad
+	$(GO) run ./bench/cmd/rmbench
 
 # What the benchmarks compare with and the machine may lack: rsync (for
 # containerbench's report row). Installed once; if it cannot be, the row

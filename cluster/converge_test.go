@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"cmp"
 	"fmt"
 	"reflect"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/cluster"
+	"github.com/cmfs-project/cmfs/cluster/sim"
 )
 
 // TestDecommissionDrain: a node holding 20 containers drains over several
@@ -170,4 +172,52 @@ func sortState(s *cluster.State) {
 		}
 		return 0
 	})
+}
+
+// TestConvergeGenerated: a generated cluster with dead nodes, a
+// decommissioning one and under-replicated containers ends with every
+// container HEALTHY, the node DECOMMISSIONED, and no cycle deleting a
+// copy a container needed.
+func TestConvergeGenerated(t *testing.T) {
+	s := sim.Generate(sim.Spec{Nodes: 40, Racks: 5, Containers: 3000, UnderReplicated: 0.05, Dead: 2, Decommissioning: 1, Seed: 3})
+	c := cfg(func(c *cluster.Config) { c.NodeLimit = 4 })
+	cycles := converge(t, &s, &c, 200, func(cycle int, d cluster.Decision) {
+		if d.Count(cluster.Unrecoverable) != 0 || d.Count(cluster.OverReplicated) != 0 && cycle == 1 {
+			t.Fatalf("cycle %d: classes %v: the generator makes neither lost nor extra copies", cycle, d.Classes)
+		}
+		for _, cmd := range d.Commands {
+			if cmd.Kind != cluster.Delete {
+				continue
+			}
+			ctr := s.Containers[cmd.Container-1]
+			st, err := cluster.Classify(ctr, replicasOf(s, ctr.ID), s.Nodes, c)
+			if err != nil || st.InService < 3 || st.Racks < 3 {
+				t.Fatalf("cycle %d: after %v: %+v, %v", cycle, cmd, st, err)
+			}
+		}
+	})
+	final := decide(t, s, c)
+	if got := final.Count(cluster.Replicated); got != len(s.Containers) {
+		t.Errorf("after %d cycles %d of %d containers healthy: %v", cycles, got, len(s.Containers), final.Classes)
+	}
+	if s.Nodes[2].OpState != cluster.Decommissioned {
+		t.Errorf("node %s is %v, want DECOMMISSIONED", s.Nodes[2].ID, s.Nodes[2].OpState)
+	}
+	for _, ctr := range s.Containers {
+		st, err := cluster.Classify(ctr, replicasOf(s, ctr.ID), s.Nodes, c)
+		if err != nil || st.InService != 3 || st.Racks != 3 {
+			t.Fatalf("container %d: %+v, %v; want 3 copies in service on 3 racks", ctr.ID, st, err)
+		}
+	}
+}
+
+// replicasOf returns c's replicas in s, whose replicas are sorted by
+// container.
+func replicasOf(s cluster.State, c cluster.ContainerID) []cluster.Replica {
+	lo, _ := slices.BinarySearchFunc(s.Replicas, c, func(r cluster.Replica, c cluster.ContainerID) int { return cmp.Compare(r.Container, c) })
+	hi := lo
+	for hi < len(s.Replicas) && s.Replicas[hi].Container == c {
+		hi++
+	}
+	return s.Replicas[lo:hi]
 }

@@ -58,7 +58,8 @@ type decider struct {
 // Decide looks at the whole cluster and says what to do: which
 // containers to copy where, which replicas to delete, which nodes change
 // operational state. It is a pure function of its input: the same state
-// and config give the same decision.
+// and config give the same decision. It refuses a config that fails
+// Validate, and nodes without an id or listed twice.
 func Decide(s State, cfg Config) (Decision, error) {
 	if err := cfg.Validate(); err != nil {
 		return Decision{}, fmt.Errorf("decide: %w", err)
