@@ -121,7 +121,7 @@ func TestConverge(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := cluster.State{Nodes: threeRacks(tt.mods), Containers: []cluster.Container{ctr(1)}, Replicas: tt.replicas}
-			sortState(&s)
+			sim.Sort(s.Replicas)
 			c := cfg()
 			if tt.cfg != nil {
 				tt.cfg(&c)
@@ -159,20 +159,6 @@ func setNode(s *cluster.State, id cluster.NodeID, f func(*cluster.Node)) {
 	}
 }
 
-func sortState(s *cluster.State) {
-	slices.SortFunc(s.Replicas, func(a, b cluster.Replica) int {
-		if a.Container != b.Container {
-			return int(a.Container) - int(b.Container)
-		}
-		if a.Node < b.Node {
-			return -1
-		}
-		if a.Node > b.Node {
-			return 1
-		}
-		return 0
-	})
-}
 
 // TestConvergeGenerated: a generated cluster with dead nodes, a
 // decommissioning one and under-replicated containers ends with every
