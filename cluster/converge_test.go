@@ -159,7 +159,6 @@ func setNode(s *cluster.State, id cluster.NodeID, f func(*cluster.Node)) {
 	}
 }
 
-
 // TestConvergeGenerated: a generated cluster with dead nodes, a
 // decommissioning one and under-replicated containers ends with every
 // container HEALTHY, the node DECOMMISSIONED, and no cycle deleting a
