@@ -48,6 +48,14 @@ type Config struct {
 	// to 30s. Defaults 5 and 500ms.
 	Attempts int
 	Backoff  time.Duration
+	// StreamIdleTimeout is how long a stream may wait for its peer: a
+	// message to arrive, or a message to be taken. Default 30s.
+	StreamIdleTimeout time.Duration
+	// StreamDeadline and StreamMinRate bound a whole stream: it must end
+	// within StreamDeadline or its size at StreamMinRate bytes per
+	// second, whichever is longer. Defaults 10m and 1 MiB/s.
+	StreamDeadline time.Duration
+	StreamMinRate  int64
 }
 
 // withDefaults fills in the defaults and checks the rest.
