@@ -220,7 +220,7 @@ func TestStalledDownloadCut(t *testing.T) {
 	store := newFakeStore()
 	store.exportDone = func() { exports <- struct{}{} }
 	n := startNode(t, store, Config{StreamIdleTimeout: 500 * time.Millisecond})
-	store.add(t, 3, 64<<20) // more than the flow-control windows hold
+	store.add(t, 3, 32<<20) // more than the flow-control windows hold
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	tb, err := n.c.Download(sctx, 3, container.None)
