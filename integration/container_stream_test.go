@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,9 +19,9 @@ import (
 	"github.com/cmfs-project/cmfs/peer"
 )
 
-// rawTarball returns container id's uncompressed tarball from node n, as
-// the node would push it.
-func rawTarball(t testing.TB, n *replNode, id string) []byte {
+// rawTarball returns container id's uncompressed tarball from node n (a
+// raw client: what a peer would push), and the size to push it with.
+func rawTarball(t testing.TB, n *replNode, id string) ([]byte, int64) {
 	t.Helper()
 	ctx := context.Background()
 	c, err := peer.Dial(ctx, n.Addr)
@@ -40,7 +38,7 @@ func rawTarball(t testing.TB, n *replNode, id string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	return b, tb.Size
 }
 
 // TestContainerStalledPush opens a Push to a node with a raw gRPC client
@@ -52,14 +50,11 @@ func rawTarball(t testing.TB, n *replNode, id string) []byte {
 // and the extract directory, releases the reservation, and a replicate
 // and a put to it then succeed — the stalled client still connected.
 func TestContainerStalledPush(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("not root: the test mounts a tmpfs of 64 MiB as the target's volume")
-	}
 	a := startNode(t, "a")
 	files := []string{randomFile(t, t.TempDir(), "data", 3<<20)}
 	id := a.fill(t, files...)
 	other := a.fill(t, randomFile(t, t.TempDir(), "other", 3<<20))
-	tarball := rawTarball(t, a, id)
+	tarball, _ := rawTarball(t, a, id)
 	const idle = 3 * time.Second
 	for _, tc := range []struct {
 		name string
@@ -69,18 +64,7 @@ func TestContainerStalledPush(t *testing.T) {
 		{"stopped mid-stream", len(tarball) / 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mnt := filepath.Join(t.TempDir(), "small")
-			if err := os.Mkdir(mnt, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", mnt).CombinedOutput(); err != nil {
-				t.Fatalf("mount -t tmpfs -o size=64m: %v: %s", err, out)
-			}
-			t.Cleanup(func() {
-				if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-					t.Errorf("umount %s: %v: %s", mnt, err, out)
-				}
-			})
+			mnt := smallTmpfs(t, "64m")
 			vol := filepath.Join(mnt, "vol")
 			b := startNode(t, "b", "--volume", vol, "--stream-idle-timeout", idle.String())
 			defer b.stop(t) // before the cleanup unmounts its volume

@@ -9,10 +9,10 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultConcurrency = 10
-	DefaultTaskTimeout = time.Hour
-	DefaultAttempts    = 5
-	DefaultBackoff     = 500 * time.Millisecond
+	DefaultConcurrency       = 10
+	DefaultTaskTimeout       = time.Hour
+	DefaultAttempts          = 5
+	DefaultBackoff           = 500 * time.Millisecond
 	DefaultStreamIdleTimeout = 30 * time.Second
 	DefaultStreamDeadline    = 10 * time.Minute
 	DefaultStreamMinRate     = 1 << 20
