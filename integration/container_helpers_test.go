@@ -38,6 +38,7 @@ type replNode struct {
 	client  []string // flags of the container commands run against it (TLS)
 	Addr    string   // host:port, known once started
 	Metrics string   // the metrics address, with --metrics
+	ns      *netns   // the network namespace it runs in; nil: the test's
 	p       *proc
 }
 
@@ -45,7 +46,13 @@ type replNode struct {
 // --volume) and the extra serve flags.
 func startNode(t testing.TB, name string, extra ...string) *replNode {
 	t.Helper()
-	n := &replNode{t: t, name: name, extra: extra}
+	return startNodeIn(t, nil, name, extra...)
+}
+
+// startNodeIn is startNode in network namespace ns (nil: the test's).
+func startNodeIn(t testing.TB, ns *netns, name string, extra ...string) *replNode {
+	t.Helper()
+	n := &replNode{t: t, name: name, extra: extra, ns: ns}
 	if flagValue(extra, "--volume") == "" {
 		v := filepath.Join(t.TempDir(), name)
 		n.volumes = []string{v}
@@ -82,7 +89,12 @@ func (n *replNode) start(t testing.TB) {
 	args = append(args, n.extra...)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		p := startProc(t, replicadPath(t), args...)
+		var p *proc
+		if bin := replicadPath(t); n.ns == nil {
+			p = startProc(t, bin, args...)
+		} else if n.ns.do(t, func() { p = startProc(t, bin, args...) }); p == nil {
+			t.FailNow() // startProc said why
+		}
 		var line []string
 		ok := poll(15*time.Second, func() bool {
 			b, _ := os.ReadFile(p.stdout)

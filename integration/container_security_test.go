@@ -27,25 +27,11 @@ type tarEntry struct {
 	data []byte
 }
 
-// download returns container id's uncompressed tarball from node n (a
-// raw client: what a peer would push), and the size to push it with.
+// download returns the entries of container id's uncompressed tarball
+// from node n, and the size to push it with.
 func download(t testing.TB, n *replNode, id string) ([]tarEntry, int64) {
 	t.Helper()
-	ctx := context.Background()
-	c, err := peer.Dial(ctx, n.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	tb, err := c.Download(ctx, parseID(t, id), container.None)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
-	raw, err := io.ReadAll(tb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw, size := rawTarball(t, n, id)
 	var es []tarEntry
 	tr := tar.NewReader(bytes.NewReader(raw))
 	for {
@@ -62,7 +48,7 @@ func download(t testing.TB, n *replNode, id string) ([]tarEntry, int64) {
 		}
 		es = append(es, tarEntry{*hdr, data})
 	}
-	return es, tb.Size
+	return es, size
 }
 
 func parseID(t testing.TB, id string) uint64 {

@@ -260,21 +260,7 @@ func TestContainerCorruptStream(t *testing.T) {
 // TestContainerTargetTooSmall replicates into a node whose only volume is
 // an 8 MiB tmpfs: refused for want of room before a byte is written.
 func TestContainerTargetTooSmall(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("not root: the test mounts a tmpfs of 8 MiB as the target's volume")
-	}
-	mnt := filepath.Join(t.TempDir(), "small")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Fatalf("mount -t tmpfs -o size=8m: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-		}
-	})
+	mnt := smallTmpfs(t, "8m")
 	a := startNode(t, "a")
 	vol := filepath.Join(mnt, "vol")
 	b := startNode(t, "b", "--volume", vol)
@@ -289,6 +275,28 @@ func TestContainerTargetTooSmall(t *testing.T) {
 		checkClean(t, vol)
 	}
 	b.stop(t) // before the cleanup unmounts its volume
+}
+
+// smallTmpfs mounts a tmpfs of size ("8m") for a node's volume, unmounted
+// when the test ends (stop the node before). It needs root.
+func smallTmpfs(t testing.TB, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("not root: the test mounts a tmpfs of %s as a node's volume", size)
+	}
+	mnt := filepath.Join(t.TempDir(), "small")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount -t tmpfs -o size=%s: %v: %s", size, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", mnt, err, out)
+		}
+	})
+	return mnt
 }
 
 // usedBytes is what a filesystem has in use.

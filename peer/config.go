@@ -9,10 +9,13 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultConcurrency = 10
-	DefaultTaskTimeout = time.Hour
-	DefaultAttempts    = 5
-	DefaultBackoff     = 500 * time.Millisecond
+	DefaultConcurrency       = 10
+	DefaultTaskTimeout       = time.Hour
+	DefaultAttempts          = 5
+	DefaultBackoff           = 500 * time.Millisecond
+	DefaultStreamIdleTimeout = 30 * time.Second
+	DefaultStreamDeadline    = 10 * time.Minute
+	DefaultStreamMinRate     = 1 << 20
 	// maxBackoff caps the wait between two attempts.
 	maxBackoff = 30 * time.Second
 )
@@ -48,6 +51,20 @@ type Config struct {
 	// to 30s. Defaults 5 and 500ms.
 	Attempts int
 	Backoff  time.Duration
+	// StreamIdleTimeout is how long a stream this node serves or reads
+	// (Push, Put, Download, Get, and the download of a Fetch) may wait
+	// for its peer: for a message to arrive, or for the peer to take
+	// one. A stream that waits longer is cut (ErrUnavailable: a push is
+	// retried), and its import discarded. Default 30s.
+	StreamIdleTimeout time.Duration
+	// StreamDeadline and StreamMinRate bound a whole stream: it is cut
+	// (context.DeadlineExceeded) unless done within StreamDeadline or
+	// the bytes it carries at StreamMinRate bytes per second, whichever
+	// is longer: the size a Push declares, the container a Download
+	// sends, the block a Get sends, what a Put has received so far.
+	// Defaults 10m and 1 MiB/s.
+	StreamDeadline time.Duration
+	StreamMinRate  int64
 }
 
 // withDefaults fills in the defaults and checks the rest.
@@ -64,7 +81,22 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Backoff == 0 {
 		c.Backoff = DefaultBackoff
 	}
+	if c.StreamIdleTimeout == 0 {
+		c.StreamIdleTimeout = DefaultStreamIdleTimeout
+	}
+	if c.StreamDeadline == 0 {
+		c.StreamDeadline = DefaultStreamDeadline
+	}
+	if c.StreamMinRate == 0 {
+		c.StreamMinRate = DefaultStreamMinRate
+	}
 	switch {
+	case c.StreamIdleTimeout < 0:
+		return c, fmt.Errorf("peer: stream idle timeout %v: %w", c.StreamIdleTimeout, ErrInvalid)
+	case c.StreamDeadline < 0:
+		return c, fmt.Errorf("peer: stream deadline %v: %w", c.StreamDeadline, ErrInvalid)
+	case c.StreamMinRate < 0:
+		return c, fmt.Errorf("peer: stream minimum rate %d: %w", c.StreamMinRate, ErrInvalid)
 	case c.Concurrency < 0:
 		return c, fmt.Errorf("peer: concurrency %d: %w", c.Concurrency, ErrInvalid)
 	case c.TaskTimeout < 0:

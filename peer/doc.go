@@ -25,7 +25,8 @@
 //     atomic, so a failed one leaves nothing to resume — a bounded number
 //     of times with exponential backoff.
 //   - pull: the source asks the target to Fetch the container, and the
-//     target downloads it from the source (Download, at Config.Addr) — in
+//     target downloads it from the source (Download, at Config.Addr:
+//     `replicad serve --advertise`, else the listen address) — in
 //     general from a list of sources, going on to the next when one
 //     fails. Fetch is retried like a push.
 //
@@ -46,6 +47,19 @@
 // import may finish (container.ErrCorrupt). The receiver feeds the stream
 // to Store.Import through an io.Pipe, closing it with the stream's error,
 // so the import sees why the stream ended and discards everything.
+//
+// Only the stream's end may follow the end marker: a message after it
+// aborts the import (ErrInvalid).
+//
+// Every stream the node serves or reads (Push, Put, Download, Get, and
+// the download of a Fetch) is held to Config.StreamIdleTimeout — each
+// Recv and Send must complete within it — and to a deadline,
+// Config.StreamDeadline or its size at Config.StreamMinRate, whichever
+// is later. A stream that breaks either is cut (ErrUnavailable when
+// idle, context.DeadlineExceeded at the deadline) through the same path
+// as any other failure: the import sees the error and discards its
+// tarball and extract directory, and releases its reservation, whether
+// or not the peer is still connected.
 //
 // Errors cross the wire as gRPC status codes, translated once on each side
 // (toStatus, fromStatus), so errors.Is works on the client with the

@@ -30,6 +30,11 @@ type fakeStore struct {
 	importHook func(n int) error
 	// slowExport delays each write of Export.
 	slowExport time.Duration
+	// exportStall, if set, stops Export after its first 1.5 MiB until it
+	// is closed or ctx ends.
+	exportStall chan struct{}
+	// exportDone, if set, is called when Export returns.
+	exportDone func()
 }
 
 type fakeContainer struct {
@@ -166,9 +171,19 @@ func (f *fakeStore) Export(ctx context.Context, id uint64, c container.Compressi
 	if ct.d.State != container.Closed && ct.d.State != container.Unhealthy {
 		return fmt.Errorf("export %d: %w", id, container.ErrNotClosed)
 	}
+	if f.exportDone != nil {
+		defer f.exportDone()
+	}
 	for data := ct.tar; len(data) > 0; {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if f.exportStall != nil && len(ct.tar)-len(data) >= 3<<19 {
+			select {
+			case <-f.exportStall:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		if f.slowExport > 0 {
 			time.Sleep(f.slowExport)

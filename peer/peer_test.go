@@ -191,6 +191,14 @@ func TestPushStream(t *testing.T) {
 			m[len(m)-1].Eof = false
 			return m
 		}, codes.Unknown, "without its end marker"},
+		{"data after the end marker", func(m []*containerpb.TarChunk) []*containerpb.TarChunk {
+			last := m[len(m)-1]
+			return append(m, &containerpb.TarChunk{ContainerId: id, Offset: last.Offset + int64(len(last.Data)), Data: []byte("more")})
+		}, codes.InvalidArgument, "after its end marker"},
+		{"empty message after the end marker", func(m []*containerpb.TarChunk) []*containerpb.TarChunk {
+			last := m[len(m)-1]
+			return append(m, &containerpb.TarChunk{ContainerId: id, Offset: last.Offset + int64(len(last.Data))})
+		}, codes.InvalidArgument, "after its end marker"},
 		{"checksum", func(m []*containerpb.TarChunk) []*containerpb.TarChunk {
 			m[len(m)-1].Xxh64 = "0123456789abcdef"
 			return m

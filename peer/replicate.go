@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -25,6 +26,10 @@ func (s *Server) replicate(ctx context.Context, t Task) (Result, error) {
 		var err error
 		if t.Mode == Pull {
 			r, err = c.Fetch(ctx, FetchRequest{Container: t.Container, Compression: t.Compression, Sources: []string{s.Addr()}, WaitScan: t.WaitScan})
+			if errors.Is(err, ErrUnavailable) {
+				// Most often the address is one only this side can reach.
+				err = fmt.Errorf("the target downloads from this node at %s (serve --advertise sets it): %w", s.Addr(), err)
+			}
 		} else {
 			r, err = s.push(ctx, c, t)
 		}

@@ -186,14 +186,17 @@ func (s *Server) dial(ctx context.Context, addr string) (*Client, error) {
 }
 
 func (s *Server) Put(stream containerpb.Container_PutServer) error {
-	first, err := stream.Recv()
+	g := s.guard(stream.Context(), "put")
+	defer g.stop()
+	first, err := recv(g, stream.Recv)
 	if err == io.EOF {
 		return toStatus(fmt.Errorf("put: no message: %w", ErrInvalid))
 	}
 	if err != nil {
-		return err
+		return toStatus(g.fail(err))
 	}
 	name := first.Name
+	g.what = fmt.Sprintf("put %s", name)
 	type result struct {
 		id  uint64
 		b   container.BlockID
@@ -207,23 +210,26 @@ func (s *Server) Put(stream containerpb.Container_PutServer) error {
 		done <- result{id, b, err}
 	}()
 	var recvErr, writeErr error
+	received := int64(len(first.Data))
 	_, writeErr = pw.Write(first.Data)
 	for writeErr == nil {
-		m, err := stream.Recv()
+		g.expect(received)
+		m, err := recv(g, stream.Recv)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			recvErr = err
+			recvErr = g.fail(err)
 			break
 		}
+		received += int64(len(m.Data))
 		_, writeErr = pw.Write(m.Data)
 	}
 	pw.CloseWithError(recvErr) // nil: EOF, the file is complete
 	res := <-done
 	switch {
 	case recvErr != nil:
-		return recvErr // the client went away; nobody reads this
+		return toStatus(recvErr) // cut, or the client went away (then nobody reads this)
 	case res.err != nil:
 		return toStatus(fmt.Errorf("put %s: %w", name, res.err))
 	case writeErr != nil:
@@ -264,6 +270,9 @@ func (s *Server) Get(req *containerpb.GetRequest, stream containerpb.Container_G
 		return blockCodes.ToStatus(err)
 	}
 	defer rc.Close()
+	g := s.guard(stream.Context(), fmt.Sprintf("get %s", b))
+	defer g.stop()
+	g.expect(size)
 	first := true
 	for {
 		buf := make([]byte, min(chunkSize, max(size, 1)))
@@ -273,8 +282,8 @@ func (s *Server) Get(req *containerpb.GetRequest, stream containerpb.Container_G
 			if first {
 				m.Size, first = size, false
 			}
-			if err := stream.Send(m); err != nil {
-				return err
+			if err := g.send(func() error { return stream.Send(m) }); err != nil {
+				return toStatus(g.fail(err))
 			}
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
@@ -304,6 +313,9 @@ func (s *Server) Replicate(ctx context.Context, req *containerpb.ReplicateReques
 	t, err := taskFromPB(req)
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if t.Target == s.Addr() {
+		return nil, toStatus(fmt.Errorf("replicate container %d to %s: that is this node: %w", t.Container, t.Target, ErrInvalid))
 	}
 	if t.Mode == NodeDefault {
 		t.Mode = Push
@@ -364,12 +376,14 @@ func taskFromPB(req *containerpb.ReplicateRequest) (Task, error) {
 // with that error, so the import fails and discards what it got.
 func (s *Server) Push(stream containerpb.Container_PushServer) error {
 	ctx := stream.Context()
-	first, err := stream.Recv()
+	g := s.guard(ctx, "push")
+	defer g.stop()
+	first, err := recv(g, stream.Recv)
 	if err == io.EOF {
 		return toStatus(fmt.Errorf("push: no message: %w", ErrInvalid))
 	}
 	if err != nil {
-		return err
+		return toStatus(g.fail(err))
 	}
 	id := first.ContainerId
 	switch {
@@ -384,19 +398,21 @@ func (s *Server) Push(stream containerpb.Container_PushServer) error {
 	if err != nil {
 		return toStatus(fmt.Errorf("push container %d: %w", id, err))
 	}
-	recv := func() (*containerpb.TarChunk, error) {
-		m, err := stream.Recv()
+	g.what = fmt.Sprintf("push container %d", id)
+	g.expect(first.Size)
+	s.sup.m.received.Add(float64(len(first.Data)))
+	r := newTarReader(first, func() (*containerpb.TarChunk, error) {
+		m, err := recv(g, stream.Recv)
 		if err == nil {
 			s.sup.m.received.Add(float64(len(m.Data)))
 		}
 		return m, err
-	}
-	s.sup.m.received.Add(float64(len(first.Data)))
-	r := newTarReader(first, recv)
-	d, n, err := s.importFrom(ctx, id, first.Size, comp, r)
+	})
+	d, n, err := s.importFrom(g.ctx, id, first.Size, comp, r)
 	if err != nil {
-		return toStatus(err)
+		return toStatus(g.fail(err))
 	}
+	g.stop() // the scan is the node's own work
 	if first.WaitScan {
 		if d, err = s.store.WaitScan(ctx, id); err != nil {
 			return toStatus(err)
@@ -447,19 +463,22 @@ func (s *Server) Download(req *containerpb.DownloadRequest, stream containerpb.C
 	if err != nil {
 		return toStatus(err)
 	}
+	g := s.guard(ctx, fmt.Sprintf("download container %d", d.ID))
+	defer g.stop()
+	g.expect(d.Size())
 	send := func(m *containerpb.TarChunk) error {
-		err := stream.Send(m)
+		err := g.send(func() error { return stream.Send(m) })
 		if err == nil {
 			s.sup.m.sent.Add(float64(len(m.Data)))
 		}
 		return err
 	}
 	w := newTarWriter(d.ID, &containerpb.TarChunk{Size: d.Size(), Compression: string(comp)}, send)
-	if err := s.store.Export(ctx, d.ID, comp, limit(ctx, s.lim, w)); err != nil {
-		return toStatus(err)
+	if err := s.store.Export(g.ctx, d.ID, comp, limit(g.ctx, s.lim, w)); err != nil {
+		return toStatus(g.fail(err))
 	}
 	if err := w.Close(); err != nil {
-		return err // the client went away
+		return toStatus(g.fail(err)) // cut, or the client went away
 	}
 	return nil
 }
@@ -520,32 +539,34 @@ func (s *Server) fetchFrom(ctx context.Context, src string, id uint64, comp cont
 		return container.Descriptor{}, 0, err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := c.rpc.Download(ctx, &containerpb.DownloadRequest{ContainerId: id, Compression: string(comp)})
+	g := s.guard(ctx, fmt.Sprintf("download container %d from %s", id, src))
+	defer g.stop()
+	stream, err := c.rpc.Download(g.ctx, &containerpb.DownloadRequest{ContainerId: id, Compression: string(comp)})
 	if err != nil {
 		return container.Descriptor{}, 0, fromStatus(err)
 	}
-	first, err := stream.Recv()
+	first, err := recv(g, stream.Recv)
 	if err == io.EOF {
 		err = fmt.Errorf("download container %d: empty stream: %w", id, io.ErrUnexpectedEOF)
 	}
 	if err != nil {
-		return container.Descriptor{}, 0, fromStatus(err)
+		return container.Descriptor{}, 0, g.fail(fromStatus(err))
 	}
 	if first.ContainerId != id {
 		return container.Descriptor{}, 0, fmt.Errorf("download container %d: the source sent container %d: %w", id, first.ContainerId, ErrInvalid)
 	}
+	g.expect(first.Size)
 	s.sup.m.received.Add(float64(len(first.Data)))
 	r := newTarReader(first, func() (*containerpb.TarChunk, error) {
-		m, err := stream.Recv()
+		m, err := recv(g, stream.Recv)
 		if err != nil {
 			return nil, fromStatus(err)
 		}
 		s.sup.m.received.Add(float64(len(m.Data)))
 		return m, nil
 	})
-	return s.importFrom(ctx, id, first.Size, comp, r)
+	d, n, err := s.importFrom(g.ctx, id, first.Size, comp, r)
+	return d, n, g.fail(err)
 }
 
 // localFailure says whether an import failed because of this node rather

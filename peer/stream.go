@@ -114,15 +114,16 @@ func (w *tarWriter) flush(eof bool) {
 // belong to one container and their offsets are contiguous (ErrInvalid),
 // and, when the end marker comes, the checksum (container.ErrCorrupt). A
 // stream that ends without the marker is io.ErrUnexpectedEOF; only after
-// it does Read return io.EOF.
+// it, and the stream's own end, does Read return io.EOF.
 type tarReader struct {
-	recv func() (*containerpb.TarChunk, error)
-	id   uint64
-	off  int64 // bytes received
-	sum  *xxhash.Digest
-	data []byte // the current message's data not yet read
-	eof  bool   // the end marker came, checksum matching
-	err  error  // sticky
+	recv  func() (*containerpb.TarChunk, error)
+	id    uint64
+	off   int64 // bytes received
+	sum   *xxhash.Digest
+	data  []byte // the current message's data not yet read
+	eof   bool   // the end marker came, checksum matching
+	ended bool   // and then the stream's end
+	err   error  // sticky
 }
 
 // newTarReader returns a reader of the stream whose first message is
@@ -163,8 +164,21 @@ func (r *tarReader) accept(m *containerpb.TarChunk) error {
 // fill makes data non-empty unless the stream has ended or failed.
 func (r *tarReader) fill() error {
 	for len(r.data) == 0 && r.err == nil {
-		if r.eof {
+		if r.ended {
 			return io.EOF
+		}
+		if r.eof {
+			// Only the stream's end may follow the end marker: a message
+			// after it is a malformed stream, not one to import.
+			switch m, err := r.recv(); {
+			case err == io.EOF:
+				r.ended = true
+			case err != nil:
+				r.err = err
+			default:
+				r.err = fmt.Errorf("container %d: a message at offset %d after its end marker: %w", r.id, m.Offset, ErrInvalid)
+			}
+			continue
 		}
 		m, err := r.recv()
 		switch {

@@ -71,6 +71,9 @@ func runContainerReplicate(ctx context.Context, g *globalOptions, opts container
 			return fmt.Errorf("--mode %q: want push or pull", opts.mode)
 		}
 	}
+	if opts.to == opts.server {
+		return fmt.Errorf("replicate container %d: --to %s is the node at --server; give another node's address", id, opts.to)
+	}
 	c, err := opts.dial(ctx)
 	if err != nil {
 		return err

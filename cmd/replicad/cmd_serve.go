@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +44,10 @@ type serveOptions struct {
 	metrics       string
 	ingest        bool
 	ingestIdle    time.Duration
+	advertise     string
+	streamIdle    time.Duration
+	streamDead    time.Duration
+	streamRate    cli.ByteRate
 
 	// changed says whether a flag was given (nil: none was).
 	changed func(name string) bool
@@ -56,7 +61,7 @@ const ingestCursor = "replicad-ingest.json"
 const ingestInterval = time.Second
 
 func newServeCmd(g *globalOptions) *cobra.Command {
-	opts := serveOptions{containerSize: container.DefaultContainerSize}
+	opts := serveOptions{containerSize: container.DefaultContainerSize, streamRate: peer.DefaultStreamMinRate}
 	cmd := &cobra.Command{
 		Use:   "serve [--state DIR] [--listen ADDR] [--node-id ID --volume DIR...] [flags]",
 		Short: "Serve a warehouse's files and journal, and a node's containers",
@@ -79,6 +84,17 @@ and the originals they preserve, into the open container, and remembers
 the last event ingested in STATE/` + ingestCursor + ` so that a restart
 resumes. A container closes at --container-size, or after --ingest-idle
 without a new file.
+
+--advertise ADDR is the address peers dial this node at: the one a target
+downloads from in pull mode. By default it is the --listen address, which
+will not do when peers reach the node through a forwarder or NAT, or
+with a wildcard --listen.
+
+A stream this node serves or reads (push, put, download, get, a pull's
+download) is cut when its peer sends or takes nothing for
+--stream-idle-timeout, or is not done within --stream-deadline or its
+size at --stream-min-rate, whichever is longer. A cut import leaves
+nothing behind and frees the room it had reserved; a cut push is retried.
 
 With --tls-cert, --tls-key and --tls-ca the node speaks mutual TLS 1.3 to
 clients and peers (--tls-allow narrows the peers to some names); without,
@@ -118,12 +134,17 @@ closes the open container and exits 0.`,
 	f.StringVar(&opts.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (default: off)")
 	f.BoolVar(&opts.ingest, "ingest", false, "write the files the journal's events add or preserve into the open container")
 	f.DurationVar(&opts.ingestIdle, "ingest-idle", time.Minute, "with --ingest, close the open container after this long without a new file (0: never)")
+	f.StringVar(&opts.advertise, "advertise", "", "`ADDR` (host:port) peers reach this node at, which a target downloads from in pull mode (default: the --listen address)")
+	f.DurationVar(&opts.streamIdle, "stream-idle-timeout", peer.DefaultStreamIdleTimeout, "cut a stream (push, put, download, get) whose peer sends or takes nothing for this long")
+	f.DurationVar(&opts.streamDead, "stream-deadline", peer.DefaultStreamDeadline, "cut a stream not done within this long, or its size at --stream-min-rate if that is longer")
+	f.Var(&opts.streamRate, "stream-min-rate", "the slowest `N/s` a stream's deadline allows for its size (see --stream-deadline)")
 	return cmd
 }
 
 // nodeFlags are the flags that configure the container service.
 var nodeFlags = []string{"node-id", "rack", "container-size", "push", "tls-cert", "tls-key", "tls-ca", "tls-allow",
-	"replication-bandwidth", "replication-concurrency", "ingest", "ingest-idle"}
+	"replication-bandwidth", "replication-concurrency", "ingest", "ingest-idle",
+	"advertise", "stream-idle-timeout", "stream-deadline", "stream-min-rate"}
 
 func runServe(ctx context.Context, g *globalOptions, opts serveOptions, _ []string) error {
 	changed := opts.changed
@@ -153,6 +174,14 @@ func runServe(ctx context.Context, g *globalOptions, opts serveOptions, _ []stri
 		return fmt.Errorf("--replication-concurrency %d must be positive", opts.concurrency)
 	case opts.ingestIdle < 0:
 		return fmt.Errorf("--ingest-idle %s must not be negative", opts.ingestIdle)
+	case opts.advertise != "" && !hostPort(opts.advertise):
+		return fmt.Errorf("--advertise %q: want HOST:PORT, the address peers dial this node at", opts.advertise)
+	case opts.streamIdle <= 0:
+		return fmt.Errorf("--stream-idle-timeout %s must be positive", opts.streamIdle)
+	case opts.streamDead <= 0:
+		return fmt.Errorf("--stream-deadline %s must be positive", opts.streamDead)
+	case opts.streamRate <= 0:
+		return fmt.Errorf("--stream-min-rate %s must be positive", &opts.streamRate)
 	}
 	return serveNode(ctx, g, opts)
 }
@@ -228,6 +257,10 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 		}
 	} else if err := tlsconfig.CheckLoopback(ctx, "listen on", opts.listen); err != nil {
 		return err
+	} else if opts.advertise != "" {
+		if err := tlsconfig.CheckLoopback(ctx, "advertise", opts.advertise); err != nil {
+			return err
+		}
 	}
 	var m mount
 	if opts.state != "" || opts.backing != "" {
@@ -279,6 +312,11 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 		Bandwidth:   int64(opts.bandwidth),
 		Concurrency: opts.concurrency,
 		Pull:        !opts.push,
+		Addr:        opts.advertise,
+
+		StreamIdleTimeout: opts.streamIdle,
+		StreamDeadline:    opts.streamDead,
+		StreamMinRate:     int64(opts.streamRate),
 	})
 	if err != nil {
 		return err
@@ -330,6 +368,9 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 	if !opts.push {
 		desc = append(desc, "pull")
 	}
+	if opts.advertise != "" {
+		desc = append(desc, "advertised as "+opts.advertise)
+	}
 	if mlis != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", node.Metrics())
@@ -360,6 +401,17 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 	err = node.Serve(ctx, lis)
 	cancel()
 	return err
+}
+
+// hostPort says whether addr is a host (a name or an IP) and a port
+// other than 0: an address to dial.
+func hostPort(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && p != 0
 }
 
 // unwrapOp drops the *net.OpError wrapper whose address the caller's
