@@ -20,6 +20,8 @@ type container struct {
 	id  uint64
 	vol *volume
 	dir string
+	// fault is Options.writeFault.
+	fault func(name string) error
 
 	// desc is the current descriptor, replaced whole (never mutated) so
 	// List and Descriptor read it without waiting for a rewrite's fsync.
@@ -102,7 +104,7 @@ func create(v *volume, id uint64, opts *Options, sync bool) (c *container, err e
 			return nil, err
 		}
 	}
-	c = &container{id: id, vol: v, dir: dir, db: db}
+	c = &container{id: id, vol: v, dir: dir, db: db, fault: opts.writeFault}
 	c.setDesc(d)
 	return c, nil
 }
@@ -231,7 +233,7 @@ func (c *container) finish(sync bool) (Descriptor, error) {
 	defer c.mu.Unlock()
 	d := *c.desc.Load()
 	d.State = Closing
-	if err := writeDescriptor(c.dir, &d, sync); err != nil {
+	if err := c.writeDesc(&d, sync); err != nil {
 		return d, err
 	}
 	c.setDesc(d)
@@ -266,7 +268,7 @@ func (c *container) finish(sync bool) (Descriptor, error) {
 // size and checksum and the given state. c.mu is held.
 func (c *container) seal(d Descriptor, sum uint64, state State, sync bool) (Descriptor, error) {
 	d.ContainerChecksum = sumHex(sum)
-	if err := writeFile(filepath.Join(c.dir, checksumName), []byte(d.ContainerChecksum+"\n"), sync); err != nil {
+	if err := c.writeMeta(checksumName, []byte(d.ContainerChecksum+"\n"), sync); err != nil {
 		return d, err
 	}
 	n, msum, err := fileChecksum(filepath.Join(c.dir, dbName))
@@ -280,7 +282,7 @@ func (c *container) seal(d Descriptor, sum uint64, state State, sync bool) (Desc
 		}
 	}
 	d.State = state
-	if err := writeDescriptor(c.dir, &d, sync); err != nil {
+	if err := c.writeDesc(&d, sync); err != nil {
 		return d, err
 	}
 	c.setDesc(d)
@@ -374,11 +376,31 @@ func (c *container) markUnhealthy(reason string, sync bool) (Descriptor, error) 
 	defer c.mu.Unlock()
 	d := *c.desc.Load()
 	d.State, d.Reason = Unhealthy, reason
-	if err := writeDescriptor(c.dir, &d, sync); err != nil {
+	if err := c.writeDesc(&d, sync); err != nil {
 		return d, err
 	}
 	c.setDesc(d)
 	return d, nil
+}
+
+// writeDesc replaces c's container.yaml with d (see writeDescriptor).
+func (c *container) writeDesc(d *Descriptor, sync bool) error {
+	if c.fault != nil {
+		if err := c.fault(descriptorName); err != nil {
+			return fmt.Errorf("write %s: %w", filepath.Join(c.dir, descriptorName), err)
+		}
+	}
+	return writeDescriptor(c.dir, d, sync)
+}
+
+// writeMeta replaces c's file name with data.
+func (c *container) writeMeta(name string, data []byte, sync bool) error {
+	if c.fault != nil {
+		if err := c.fault(name); err != nil {
+			return fmt.Errorf("write %s: %w", filepath.Join(c.dir, name), err)
+		}
+	}
+	return writeFile(filepath.Join(c.dir, name), data, sync)
 }
 
 // writeFile replaces path with data: durably, or (tests) just atomically.

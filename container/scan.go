@@ -129,7 +129,7 @@ func (s *Store) scan(ctx context.Context, c *container) (Descriptor, error) {
 	} else {
 		d.State, d.Reason = Unhealthy, reason
 	}
-	err = writeDescriptor(c.dir, &d, s.sync)
+	err = c.writeDesc(&d, s.sync)
 	if err == nil {
 		c.setDesc(d)
 	}

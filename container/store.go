@@ -42,6 +42,10 @@ type Options struct {
 	// syncFS makes Import sync with one syncfs of the volume instead of an
 	// fsync per extracted file (benchmarks compare the two).
 	syncFS bool
+	// writeFault, when set, runs before each write of a container's
+	// container.yaml or metadata/container.checksum with that name; an
+	// error it returns is the write's (tests: a volume that fills up).
+	writeFault func(name string) error
 }
 
 // Defaults for Options.
@@ -169,7 +173,7 @@ func (s *Store) load(v *volume, rescan []*container) ([]*container, error) {
 		if other := s.containers[id]; other != nil {
 			return rescan, fmt.Errorf("container %d is in both %s and %s", id, other.vol.dir, v.dir)
 		}
-		c := &container{id: id, vol: v, dir: v.path(de.Name())}
+		c := &container{id: id, vol: v, dir: v.path(de.Name()), fault: s.opts.writeFault}
 		d, err := readDescriptor(c.dir)
 		if err == nil && d.ID != id {
 			err = fmt.Errorf("descriptor names container %d", d.ID)
