@@ -28,6 +28,12 @@ type container struct {
 	desc atomic.Pointer[Descriptor]
 	// mu serialises rewrites of container.yaml.
 	mu sync.Mutex
+	// interrupted, guarded by mu, says a close in this process failed
+	// part-way (a full volume): the descriptor in memory says CLOSING, the
+	// files on disk are anywhere between OPEN and CLOSED, and the
+	// descriptor's sizes and checksums are not final. recoverOpen makes
+	// them agree with the index again before anything trusts them.
+	interrupted bool
 	// rw is held shared while the files are read (Export, a scan) and
 	// exclusively by Delete, which removes them.
 	rw sync.RWMutex
@@ -227,10 +233,24 @@ func (c *container) closeFiles() {
 // finish closes an OPEN container: CLOSING durably, chunk data and index
 // fsynced, the checksum file written, then the descriptor with every size
 // and checksum and state CLOSED, durably. A crash anywhere in between
-// leaves it OPEN or CLOSING, which OpenStore recovers.
+// leaves it OPEN or CLOSING, which OpenStore recovers; an error leaves it
+// CLOSING and interrupted, which CloseContainer or Verify finish (Store's
+// finishOpen closes the files either way).
 func (c *container) finish(sync bool) (Descriptor, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	d, err := c.finishLocked(sync)
+	if err != nil {
+		// No Put comes any more, whichever step failed.
+		cur := *c.desc.Load()
+		cur.State = Closing
+		c.setDesc(cur)
+		c.interrupted = true
+	}
+	return d, err
+}
+
+func (c *container) finishLocked(sync bool) (Descriptor, error) {
 	d := *c.desc.Load()
 	d.State = Closing
 	if err := c.writeDesc(&d, sync); err != nil {
@@ -264,6 +284,13 @@ func (c *container) finish(sync bool) (Descriptor, error) {
 	return c.seal(d, sum, Closed, sync)
 }
 
+// closeInterrupted says whether a close of c failed part-way.
+func (c *container) closeInterrupted() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.interrupted
+}
+
 // seal writes the checksum file and the descriptor with the metadata's
 // size and checksum and the given state. c.mu is held.
 func (c *container) seal(d Descriptor, sum uint64, state State, sync bool) (Descriptor, error) {
@@ -289,13 +316,17 @@ func (c *container) seal(d Descriptor, sum uint64, state State, sync bool) (Desc
 	return d, nil
 }
 
-// recoverOpen turns a container found OPEN or CLOSING (its process died
-// before it was closed) into a CLOSING one whose descriptor, checksum file
-// and chunk files agree with its index, ready for the scan that decides
-// CLOSED or UNHEALTHY. Bytes an interrupted Put appended past the last
-// indexed block are cut off. A problem that makes that impossible is
-// returned as a reason for UNHEALTHY.
-func (c *container) recoverOpen(sync bool) (reason string, err error) {
+// recoverOpen turns a container whose close did not finish (its process
+// died while it was OPEN or CLOSING, or a close in this process failed
+// part-way) into one in state whose descriptor, checksum file and chunk
+// files agree with its index: CLOSING, ready for the scan that decides
+// CLOSED or UNHEALTHY, or CLOSED straight away when this process wrote
+// the data (a retried close). Bytes an interrupted Put appended past the
+// last indexed block are cut off, and the chunk files and the index are
+// fsynced (the close that failed may not have). A problem that makes all
+// that impossible is returned as a reason for UNHEALTHY; an I/O error
+// (a volume still full) leaves everything as it was, to be tried again.
+func (c *container) recoverOpen(state State, sync bool) (reason string, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	recs, sum, err := readIndex(filepath.Join(c.dir, dbName))
@@ -308,7 +339,7 @@ func (c *container) recoverOpen(sync bool) (reason string, err error) {
 	}
 	extent := make([]int64, len(names))
 	d := *c.desc.Load()
-	d.Bytes, d.Blocks = 0, int64(len(recs))
+	d.Bytes, d.Blocks, d.Reason = 0, int64(len(recs)), ""
 	for _, r := range recs {
 		if r.chunk >= len(names) {
 			return fmt.Sprintf("block %s in missing %s", r.id, chunkName(r.chunk)), nil
@@ -328,8 +359,37 @@ func (c *container) recoverOpen(sync bool) (reason string, err error) {
 			return "", err
 		}
 	}
-	_, err = c.seal(d, sum, Closing, sync)
-	return "", err
+	if sync {
+		for n := 0; n < d.Chunks; n++ {
+			if err := syncFile(filepath.Join(c.dir, chunkName(n))); err != nil {
+				return "", err
+			}
+		}
+		if err := syncFile(filepath.Join(c.dir, dbName)); err != nil {
+			return "", err
+		}
+	}
+	if _, err := c.seal(d, sum, state, sync); err != nil {
+		return "", err
+	}
+	c.interrupted = false
+	return "", nil
+}
+
+// syncFile fsyncs the file at path.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("fsync %s: %w", path, err)
+	}
+	return nil
 }
 
 // truncateTo cuts the file at path to n bytes if it is longer.
