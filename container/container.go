@@ -129,7 +129,7 @@ func (c *container) put(r io.Reader, buf []byte, chunkSize int64, sync bool) (Bl
 	h := xxhash.New()
 	n, err := copyBlock(io.NewOffsetWriter(c.chunk, start), h, r, buf)
 	if err != nil {
-		return BlockID{}, false, c.cutBack(start, fmt.Errorf("read block: %w", err))
+		return BlockID{}, false, c.cutBack(start, err)
 	}
 	rec := record{id: BlockID{Sum: h.Sum64(), Size: n}, chunk: c.chunkN, off: start}
 	fresh := false
@@ -159,7 +159,8 @@ func (c *container) put(r io.Reader, buf []byte, chunkSize int64, sync bool) (Bl
 }
 
 // copyBlock copies r to w and h through buf, filling buf before each
-// write so a reader of small pieces still makes large writes.
+// write so a reader of small pieces still makes large writes. r's errors
+// come back as "read block: …", w's as they are (they name the file).
 func copyBlock(w io.Writer, h *xxhash.Digest, r io.Reader, buf []byte) (int64, error) {
 	var n int64
 	for {
@@ -175,7 +176,7 @@ func copyBlock(w io.Writer, h *xxhash.Digest, r io.Reader, buf []byte) (int64, e
 			return n, nil
 		}
 		if err != nil {
-			return n, err
+			return n, fmt.Errorf("read block: %w", err)
 		}
 	}
 }

@@ -30,6 +30,8 @@ type fakeStore struct {
 	importHook func(n int) error
 	// slowExport delays each write of Export.
 	slowExport time.Duration
+	// putErr, if set, is what Put returns once it has read its block.
+	putErr error
 }
 
 type fakeContainer struct {
@@ -90,6 +92,9 @@ func (f *fakeStore) Put(r io.Reader) (uint64, container.BlockID, error) {
 	b := container.BlockID{Sum: xxhash.Sum64(data), Size: int64(len(data))}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.putErr != nil {
+		return 0, container.BlockID{}, f.putErr
+	}
 	if f.open == 0 {
 		f.open = rand.Uint64() | 1
 		f.containers[f.open] = &fakeContainer{d: container.Descriptor{ID: f.open, State: container.Open}}
