@@ -362,11 +362,11 @@ func (c *container) recoverOpen(state State, sync bool) (reason string, err erro
 	}
 	if sync {
 		for n := 0; n < d.Chunks; n++ {
-			if err := syncFile(filepath.Join(c.dir, chunkName(n))); err != nil {
+			if err := durable.SyncFile(filepath.Join(c.dir, chunkName(n))); err != nil {
 				return "", err
 			}
 		}
-		if err := syncFile(filepath.Join(c.dir, dbName)); err != nil {
+		if err := durable.SyncFile(filepath.Join(c.dir, dbName)); err != nil {
 			return "", err
 		}
 	}
@@ -375,22 +375,6 @@ func (c *container) recoverOpen(state State, sync bool) (reason string, err erro
 	}
 	c.interrupted = false
 	return "", nil
-}
-
-// syncFile fsyncs the file at path.
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("fsync %s: %w", path, err)
-	}
-	return nil
 }
 
 // truncateTo cuts the file at path to n bytes if it is longer.

@@ -69,4 +69,5 @@ func TestContainerCloseFullVolume(t *testing.T) {
 	}
 	n.checkBlocks(t, files...)
 	n.stop(t) // its process is killed in cleanup anyway, before the unmount
+	checkClean(t, vol, id) // the failed writes left no temporary file
 }
