@@ -20,12 +20,20 @@ type container struct {
 	id  uint64
 	vol *volume
 	dir string
+	// fault is Options.writeFault.
+	fault func(name string) error
 
 	// desc is the current descriptor, replaced whole (never mutated) so
 	// List and Descriptor read it without waiting for a rewrite's fsync.
 	desc atomic.Pointer[Descriptor]
 	// mu serialises rewrites of container.yaml.
 	mu sync.Mutex
+	// interrupted, guarded by mu, says a close in this process failed
+	// part-way (a full volume): the descriptor in memory says CLOSING, the
+	// files on disk are anywhere between OPEN and CLOSED, and the
+	// descriptor's sizes and checksums are not final. recoverOpen makes
+	// them agree with the index again before anything trusts them.
+	interrupted bool
 	// rw is held shared while the files are read (Export, a scan) and
 	// exclusively by Delete, which removes them.
 	rw sync.RWMutex
@@ -102,7 +110,7 @@ func create(v *volume, id uint64, opts *Options, sync bool) (c *container, err e
 			return nil, err
 		}
 	}
-	c = &container{id: id, vol: v, dir: dir, db: db}
+	c = &container{id: id, vol: v, dir: dir, db: db, fault: opts.writeFault}
 	c.setDesc(d)
 	return c, nil
 }
@@ -121,7 +129,7 @@ func (c *container) put(r io.Reader, buf []byte, chunkSize int64, sync bool) (Bl
 	h := xxhash.New()
 	n, err := copyBlock(io.NewOffsetWriter(c.chunk, start), h, r, buf)
 	if err != nil {
-		return BlockID{}, false, c.cutBack(start, fmt.Errorf("read block: %w", err))
+		return BlockID{}, false, c.cutBack(start, err)
 	}
 	rec := record{id: BlockID{Sum: h.Sum64(), Size: n}, chunk: c.chunkN, off: start}
 	fresh := false
@@ -151,7 +159,8 @@ func (c *container) put(r io.Reader, buf []byte, chunkSize int64, sync bool) (Bl
 }
 
 // copyBlock copies r to w and h through buf, filling buf before each
-// write so a reader of small pieces still makes large writes.
+// write so a reader of small pieces still makes large writes. r's errors
+// come back as "read block: …", w's as they are (they name the file).
 func copyBlock(w io.Writer, h *xxhash.Digest, r io.Reader, buf []byte) (int64, error) {
 	var n int64
 	for {
@@ -167,7 +176,7 @@ func copyBlock(w io.Writer, h *xxhash.Digest, r io.Reader, buf []byte) (int64, e
 			return n, nil
 		}
 		if err != nil {
-			return n, err
+			return n, fmt.Errorf("read block: %w", err)
 		}
 	}
 }
@@ -225,13 +234,27 @@ func (c *container) closeFiles() {
 // finish closes an OPEN container: CLOSING durably, chunk data and index
 // fsynced, the checksum file written, then the descriptor with every size
 // and checksum and state CLOSED, durably. A crash anywhere in between
-// leaves it OPEN or CLOSING, which OpenStore recovers.
+// leaves it OPEN or CLOSING, which OpenStore recovers; an error leaves it
+// CLOSING and interrupted, which CloseContainer or Verify finish (Store's
+// finishOpen closes the files either way).
 func (c *container) finish(sync bool) (Descriptor, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	d, err := c.finishLocked(sync)
+	if err != nil {
+		// No Put comes any more, whichever step failed.
+		cur := *c.desc.Load()
+		cur.State = Closing
+		c.setDesc(cur)
+		c.interrupted = true
+	}
+	return d, err
+}
+
+func (c *container) finishLocked(sync bool) (Descriptor, error) {
 	d := *c.desc.Load()
 	d.State = Closing
-	if err := writeDescriptor(c.dir, &d, sync); err != nil {
+	if err := c.writeDesc(&d, sync); err != nil {
 		return d, err
 	}
 	c.setDesc(d)
@@ -262,11 +285,18 @@ func (c *container) finish(sync bool) (Descriptor, error) {
 	return c.seal(d, sum, Closed, sync)
 }
 
+// closeInterrupted says whether a close of c failed part-way.
+func (c *container) closeInterrupted() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.interrupted
+}
+
 // seal writes the checksum file and the descriptor with the metadata's
 // size and checksum and the given state. c.mu is held.
 func (c *container) seal(d Descriptor, sum uint64, state State, sync bool) (Descriptor, error) {
 	d.ContainerChecksum = sumHex(sum)
-	if err := writeFile(filepath.Join(c.dir, checksumName), []byte(d.ContainerChecksum+"\n"), sync); err != nil {
+	if err := c.writeMeta(checksumName, []byte(d.ContainerChecksum+"\n"), sync); err != nil {
 		return d, err
 	}
 	n, msum, err := fileChecksum(filepath.Join(c.dir, dbName))
@@ -280,20 +310,24 @@ func (c *container) seal(d Descriptor, sum uint64, state State, sync bool) (Desc
 		}
 	}
 	d.State = state
-	if err := writeDescriptor(c.dir, &d, sync); err != nil {
+	if err := c.writeDesc(&d, sync); err != nil {
 		return d, err
 	}
 	c.setDesc(d)
 	return d, nil
 }
 
-// recoverOpen turns a container found OPEN or CLOSING (its process died
-// before it was closed) into a CLOSING one whose descriptor, checksum file
-// and chunk files agree with its index, ready for the scan that decides
-// CLOSED or UNHEALTHY. Bytes an interrupted Put appended past the last
-// indexed block are cut off. A problem that makes that impossible is
-// returned as a reason for UNHEALTHY.
-func (c *container) recoverOpen(sync bool) (reason string, err error) {
+// recoverOpen turns a container whose close did not finish (its process
+// died while it was OPEN or CLOSING, or a close in this process failed
+// part-way) into one in state whose descriptor, checksum file and chunk
+// files agree with its index: CLOSING, ready for the scan that decides
+// CLOSED or UNHEALTHY, or CLOSED straight away when this process wrote
+// the data (a retried close). Bytes an interrupted Put appended past the
+// last indexed block are cut off, and the chunk files and the index are
+// fsynced (the close that failed may not have). A problem that makes all
+// that impossible is returned as a reason for UNHEALTHY; an I/O error
+// (a volume still full) leaves everything as it was, to be tried again.
+func (c *container) recoverOpen(state State, sync bool) (reason string, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	recs, sum, err := readIndex(filepath.Join(c.dir, dbName))
@@ -306,7 +340,7 @@ func (c *container) recoverOpen(sync bool) (reason string, err error) {
 	}
 	extent := make([]int64, len(names))
 	d := *c.desc.Load()
-	d.Bytes, d.Blocks = 0, int64(len(recs))
+	d.Bytes, d.Blocks, d.Reason = 0, int64(len(recs)), ""
 	for _, r := range recs {
 		if r.chunk >= len(names) {
 			return fmt.Sprintf("block %s in missing %s", r.id, chunkName(r.chunk)), nil
@@ -326,8 +360,21 @@ func (c *container) recoverOpen(sync bool) (reason string, err error) {
 			return "", err
 		}
 	}
-	_, err = c.seal(d, sum, Closing, sync)
-	return "", err
+	if sync {
+		for n := 0; n < d.Chunks; n++ {
+			if err := durable.SyncFile(filepath.Join(c.dir, chunkName(n))); err != nil {
+				return "", err
+			}
+		}
+		if err := durable.SyncFile(filepath.Join(c.dir, dbName)); err != nil {
+			return "", err
+		}
+	}
+	if _, err := c.seal(d, sum, state, sync); err != nil {
+		return "", err
+	}
+	c.interrupted = false
+	return "", nil
 }
 
 // truncateTo cuts the file at path to n bytes if it is longer.
@@ -374,11 +421,31 @@ func (c *container) markUnhealthy(reason string, sync bool) (Descriptor, error) 
 	defer c.mu.Unlock()
 	d := *c.desc.Load()
 	d.State, d.Reason = Unhealthy, reason
-	if err := writeDescriptor(c.dir, &d, sync); err != nil {
+	if err := c.writeDesc(&d, sync); err != nil {
 		return d, err
 	}
 	c.setDesc(d)
 	return d, nil
+}
+
+// writeDesc replaces c's container.yaml with d (see writeDescriptor).
+func (c *container) writeDesc(d *Descriptor, sync bool) error {
+	if c.fault != nil {
+		if err := c.fault(descriptorName); err != nil {
+			return fmt.Errorf("write %s: %w", filepath.Join(c.dir, descriptorName), err)
+		}
+	}
+	return writeDescriptor(c.dir, d, sync)
+}
+
+// writeMeta replaces c's file name with data.
+func (c *container) writeMeta(name string, data []byte, sync bool) error {
+	if c.fault != nil {
+		if err := c.fault(name); err != nil {
+			return fmt.Errorf("write %s: %w", filepath.Join(c.dir, name), err)
+		}
+	}
+	return writeFile(filepath.Join(c.dir, name), data, sync)
 }
 
 // writeFile replaces path with data: durably, or (tests) just atomically.

@@ -12,7 +12,11 @@
 //     on Store.Close. Put does not fsync: a block survives a killed
 //     process at once and a power loss once its container is closed.
 //     CloseContainer makes everything durable (chunk data, index,
-//     checksum file, then the descriptor, CLOSED last).
+//     checksum file, then the descriptor, CLOSED last). A close that
+//     fails part-way (a full volume) leaves the container CLOSING with
+//     its blocks served; CloseContainer again, or Verify, finishes it
+//     from its index once the writes can succeed (OpenStore does after a
+//     restart), and neither condemns it for the close it lost.
 //   - OpenBlock serves a block from any OPEN, CLOSING or CLOSED container
 //     holding it (an imported or crash-recovered one once its scan has
 //     passed), and checks its xxh64 as it is read.

@@ -27,7 +27,8 @@ var (
 	// UNHEALTHY (Export) or still OPEN (Verify).
 	ErrNotClosed = errors.New("container: not closed")
 	// ErrNotOpen: CloseContainer of a container that is neither OPEN nor
-	// CLOSED (it is being recovered, or is UNHEALTHY).
+	// CLOSED nor CLOSING after a close of its own that failed (it is being
+	// recovered after a restart or an import, or is UNHEALTHY).
 	ErrNotOpen = errors.New("container: not open")
 	// ErrBlockNotFound: no container on this node serves the block.
 	ErrBlockNotFound = errors.New("container: no such block")

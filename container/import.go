@@ -229,7 +229,7 @@ func (im *importer) run(ctx context.Context, r io.Reader) (Descriptor, error) {
 	}
 	// In place even if that fsync failed: registered and scanned either
 	// way, since it is there.
-	c := &container{id: im.id, vol: v, dir: dst}
+	c := &container{id: im.id, vol: v, dir: dst, fault: s.opts.writeFault}
 	c.setDesc(d)
 	s.register(c, im.written)
 	s.startScan(c)

@@ -69,7 +69,9 @@ func (s *Store) scanWhenFree(ctx context.Context, c *container) (Descriptor, err
 // index, and as the descriptor and the checksum file record it), that the
 // blocks tile the chunk files exactly, and every block's xxh64. All good:
 // CLOSED (from CLOSED, CLOSING, RECOVERING or UNHEALTHY); anything wrong:
-// UNHEALTHY, with Reason saying what. The new state is written durably
+// UNHEALTHY, with Reason saying what. A container whose close failed
+// part-way is first made to agree with its index (see CloseContainer), so
+// only real damage makes it UNHEALTHY. The new state is written durably
 // before Verify returns. If a scan of id is already running (after an
 // import), Verify waits for it instead of starting another. A cancelled
 // ctx stops the wait, not the scan. Errors: ErrNotFound, ErrNotClosed
@@ -114,13 +116,28 @@ func (s *Store) wait(ctx context.Context, id uint64, job *scanJob) (Descriptor, 
 	return job.desc, nil
 }
 
-// scan checks c and records the verdict.
+// scan checks c and records the verdict. A container whose close failed
+// part-way is first brought in line with its index, as OpenStore would
+// after a restart: checked against its descriptor as it was, it would
+// look damaged when only the close was cut short.
 func (s *Store) scan(ctx context.Context, c *container) (Descriptor, error) {
 	c.rw.RLock()
 	defer c.rw.RUnlock()
-	recs, reason, err := check(ctx, c.dir, *c.desc.Load())
-	if err != nil {
-		return *c.desc.Load(), err
+	var recs []record
+	var reason string
+	var err error
+	if c.closeInterrupted() {
+		reason, err = c.recoverOpen(Closing, s.sync)
+		s.resize(c)
+		if err != nil {
+			return *c.desc.Load(), err
+		}
+	}
+	if reason == "" {
+		recs, reason, err = check(ctx, c.dir, *c.desc.Load())
+		if err != nil {
+			return *c.desc.Load(), err
+		}
 	}
 	c.mu.Lock()
 	d := *c.desc.Load()
@@ -129,7 +146,7 @@ func (s *Store) scan(ctx context.Context, c *container) (Descriptor, error) {
 	} else {
 		d.State, d.Reason = Unhealthy, reason
 	}
-	err = writeDescriptor(c.dir, &d, s.sync)
+	err = c.writeDesc(&d, s.sync)
 	if err == nil {
 		c.setDesc(d)
 	}

@@ -42,6 +42,10 @@ type Options struct {
 	// syncFS makes Import sync with one syncfs of the volume instead of an
 	// fsync per extracted file (benchmarks compare the two).
 	syncFS bool
+	// writeFault, when set, runs before each write of a container's
+	// container.yaml or metadata/container.checksum with that name; an
+	// error it returns is the write's (tests: a volume that fills up).
+	writeFault func(name string) error
 }
 
 // Defaults for Options.
@@ -169,7 +173,7 @@ func (s *Store) load(v *volume, rescan []*container) ([]*container, error) {
 		if other := s.containers[id]; other != nil {
 			return rescan, fmt.Errorf("container %d is in both %s and %s", id, other.vol.dir, v.dir)
 		}
-		c := &container{id: id, vol: v, dir: v.path(de.Name())}
+		c := &container{id: id, vol: v, dir: v.path(de.Name()), fault: s.opts.writeFault}
 		d, err := readDescriptor(c.dir)
 		if err == nil && d.ID != id {
 			err = fmt.Errorf("descriptor names container %d", d.ID)
@@ -189,7 +193,7 @@ func (s *Store) load(v *volume, rescan []*container) ([]*container, error) {
 			}
 			continue
 		case Open, Closing:
-			reason, err := c.recoverOpen(s.sync)
+			reason, err := c.recoverOpen(Closing, s.sync)
 			if err != nil {
 				return rescan, fmt.Errorf("recover container %d: %w", id, err)
 			}
@@ -356,12 +360,50 @@ func (s *Store) finishOpen() error {
 	s.open = nil
 	_, err := c.finish(s.sync)
 	c.closeFiles()
-	size := dirSize(c.dir) // the index and checksum file grew too
+	s.resize(c) // the index and checksum file grew too
+	return err
+}
+
+// finishInterrupted finishes a close of c that failed part-way, from its
+// index: this process wrote the data, so it becomes CLOSED as a close
+// would have made it, or UNHEALTHY if the index or the chunk files no
+// longer allow that. putMu is held.
+func (s *Store) finishInterrupted(c *container) error {
+	reason, err := c.recoverOpen(Closed, s.sync)
+	s.resize(c)
+	if err != nil {
+		return err
+	}
+	if reason != "" {
+		if _, err := s.condemn(c, reason); err != nil {
+			return err
+		}
+		return fmt.Errorf("%s: %w", reason, ErrCorrupt)
+	}
+	return nil
+}
+
+// condemn records c UNHEALTHY for reason and stops serving its blocks.
+func (s *Store) condemn(c *container, reason string) (Descriptor, error) {
+	d, err := c.markUnhealthy(reason, s.sync)
+	if err != nil {
+		return d, err
+	}
+	s.mu.Lock()
+	if s.containers[c.id] == c {
+		s.unindex(c)
+	}
+	s.mu.Unlock()
+	return d, nil
+}
+
+// resize recounts what c takes on its volume.
+func (s *Store) resize(c *container) {
+	size := dirSize(c.dir)
 	s.mu.Lock()
 	c.vol.used += size - c.size
 	c.size = size
 	s.mu.Unlock()
-	return err
 }
 
 // idleClose is IdleClose's timer: it closes the open container if no Put
@@ -383,7 +425,7 @@ func (s *Store) idleClose() {
 	}
 	if err := s.finishOpen(); err != nil {
 		// Nobody to return it to: the container stays CLOSING, which List
-		// shows, and the next OpenStore recovers it.
+		// shows; CloseContainer, Verify or the next OpenStore finish it.
 		d := *c.desc.Load()
 		d.Reason = fmt.Sprintf("idle close: %v", err)
 		c.setDesc(d)
@@ -392,9 +434,13 @@ func (s *Store) idleClose() {
 
 // CloseContainer closes the open container id: CLOSING, then everything
 // fsynced, the checksum file written and the descriptor rewritten CLOSED,
-// durably. Closing a CLOSED container returns its descriptor. Errors:
-// ErrNotFound, ErrNotOpen (RECOVERING, UNHEALTHY, CLOSING), ErrClosed, or
-// the I/O error that left it CLOSING (OpenStore recovers it).
+// durably. Closing a CLOSED container returns its descriptor. A close
+// that failed part-way (a full volume) leaves the container CLOSING and
+// its blocks served; CloseContainer again finishes it from its index.
+// Errors: ErrNotFound, ErrNotOpen (RECOVERING, UNHEALTHY, or CLOSING after
+// a restart, until its scan ends), ErrCorrupt (the interrupted close's
+// index or chunk files are damaged: now UNHEALTHY), ErrClosed, or the I/O
+// error that left it CLOSING.
 func (s *Store) CloseContainer(id uint64) (Descriptor, error) {
 	s.putMu.Lock()
 	defer s.putMu.Unlock()
@@ -407,12 +453,16 @@ func (s *Store) CloseContainer(id uint64) (Descriptor, error) {
 	case d.State == Closed:
 		return d, nil
 	case d.State == Open && c == s.open:
-		if err := s.finishOpen(); err != nil {
-			return *c.desc.Load(), fmt.Errorf("close container %d: %w", id, err)
-		}
-		return *c.desc.Load(), nil
+		err = s.finishOpen()
+	case d.State == Closing && c.closeInterrupted():
+		err = s.finishInterrupted(c)
+	default:
+		return d, fmt.Errorf("close container %d: state %s: %w", id, d.State, ErrNotOpen)
 	}
-	return d, fmt.Errorf("close container %d: state %s: %w", id, d.State, ErrNotOpen)
+	if err != nil {
+		return *c.desc.Load(), fmt.Errorf("close container %d: %w", id, err)
+	}
+	return *c.desc.Load(), nil
 }
 
 // List returns every container's descriptor, by id.

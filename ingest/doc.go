@@ -6,8 +6,10 @@
 //
 // A Feed works the way Litestream replicates: Step synchronously reads
 // the events after the last one ingested, puts their files into the store
-// and records how far it got; Run is a thin loop around it (an interval,
-// backoff after a failure, cancel). Tests call Step.
+// and records how far it got; Run is a thin loop around it (woken by the
+// journal's Wait when it has one — the mount's follow stream, or the
+// journal file's poll when unmounted, see source.Server.Journal — else a
+// poll interval; backoff after a failure; cancel). Tests call Step.
 //
 // Contract:
 //

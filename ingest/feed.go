@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"strconv"
 	"time"
@@ -29,6 +30,13 @@ type Store interface {
 }
 
 var _ Store = (*container.Store)(nil)
+
+// Waiter is a journal (Config.Events) that can say when it grows: Wait
+// returns once it holds an event after after. Run follows such a journal
+// instead of polling it; source.Server.Journal is one.
+type Waiter interface {
+	Wait(ctx context.Context, after uint64) (uint64, error)
+}
 
 // DefaultBatch bounds the events one Step reads, so that a Feed far
 // behind records its progress as it goes.
@@ -349,12 +357,15 @@ const (
 	maxBackoff = 30 * time.Second
 )
 
-// Run calls Step until ctx ends: again at once while the journal is ahead,
-// else every interval; after a failure (reported through Config.Logf, once
-// until it changes) with a growing backoff. It returns nil when ctx ends.
-func (f *Feed) Run(ctx context.Context, interval time.Duration) error {
-	if interval <= 0 {
-		return fmt.Errorf("ingest: interval %v is not positive", interval)
+// Run calls Step until ctx ends: again at once while the journal is
+// ahead; else, when Config.Events is a Waiter, as soon as it reports a new
+// event, and otherwise (or if its Wait fails) after poll; and in time for
+// an idle close either way. After a failure (reported through
+// Config.Logf, once until it changes) it waits a growing backoff. It
+// returns nil when ctx ends.
+func (f *Feed) Run(ctx context.Context, poll time.Duration) error {
+	if poll <= 0 {
+		return fmt.Errorf("ingest: poll interval %v is not positive", poll)
 	}
 	var backoff time.Duration
 	var lastErr string
@@ -363,7 +374,6 @@ func (f *Feed) Run(ctx context.Context, interval time.Duration) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		wait := interval
 		switch {
 		case err != nil:
 			if msg := err.Error(); msg != lastErr {
@@ -371,25 +381,54 @@ func (f *Feed) Run(ctx context.Context, interval time.Duration) error {
 				lastErr = msg
 			}
 			backoff = min(max(2*backoff, minBackoff), maxBackoff)
-			wait = backoff
+			sleep(ctx, backoff)
 		default:
 			if lastErr != "" {
 				f.logf("ingest: resumed at event %d", st.Last)
 			}
 			backoff, lastErr = 0, ""
 			if st.Events > 0 && st.Last < st.Newest {
-				wait = 0
+				continue
 			}
+			f.await(ctx, min(poll, f.idleIn()))
 		}
-		if wait == 0 {
-			continue
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if ctx.Err() != nil {
 			return nil
-		case <-t.C:
 		}
+	}
+}
+
+// idleIn is how long until the container last put into is due for its
+// idle close; forever when none is.
+func (f *Feed) idleIn() time.Duration {
+	if f.open == 0 || f.cfg.Idle == 0 {
+		return math.MaxInt64
+	}
+	return max(f.put.Add(f.cfg.Idle).Sub(f.cfg.Now()), time.Millisecond)
+}
+
+// await waits up to d for an event after the last ingested, or until ctx
+// ends.
+func (f *Feed) await(ctx context.Context, d time.Duration) {
+	w, ok := f.cfg.Events.(Waiter)
+	if !ok {
+		sleep(ctx, d)
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if _, err := w.Wait(wctx, f.cur.Last); err != nil && wctx.Err() == nil {
+		// The journal cannot say (the next Step reports why): poll.
+		<-wctx.Done()
+	}
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }

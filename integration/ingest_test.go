@@ -55,7 +55,10 @@ func TestIngest(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	n := startNode(t, "ingest", "--state", m.State, "--ingest", "--ingest-idle", "1s", "--container-size", "64MiB")
+	// The idle close must not come between the files written before serve
+	// and those written while it runs (one container for both): 3s leaves
+	// room for the block checks in between on a loaded machine.
+	n := startNode(t, "ingest", "--state", m.State, "--ingest", "--ingest-idle", "3s", "--container-size", "64MiB")
 	waitBlocks := func(what string) {
 		t.Helper()
 		for _, data := range want {

@@ -73,8 +73,9 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 func (c *Client) Close() error { return c.conn.Close() }
 
 // Put writes what r yields as one block into the node's open container
-// and returns the container's id and the block's id. name is for
-// messages.
+// and returns the container's id and the block's id. name goes to the
+// node with the data; the errors do not repeat it (the caller, which
+// chose it, says which file failed).
 //
 // Errors: the store's (container.ErrNoSpace, ...), ErrUnavailable, r's.
 func (c *Client) Put(ctx context.Context, name string, r io.Reader) (uint64, container.BlockID, error) {
@@ -102,7 +103,7 @@ func (c *Client) Put(ctx context.Context, name string, r io.Reader) (uint64, con
 			break
 		}
 		if rerr != nil {
-			return 0, container.BlockID{}, fmt.Errorf("put %s: %w", name, rerr)
+			return 0, container.BlockID{}, rerr // a file's error names it
 		}
 	}
 	resp, err := stream.CloseAndRecv()

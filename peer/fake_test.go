@@ -35,6 +35,8 @@ type fakeStore struct {
 	exportStall chan struct{}
 	// exportDone, if set, is called when Export returns.
 	exportDone func()
+	// putErr, if set, is what Put returns once it has read its block.
+	putErr error
 }
 
 type fakeContainer struct {
@@ -95,6 +97,9 @@ func (f *fakeStore) Put(r io.Reader) (uint64, container.BlockID, error) {
 	b := container.BlockID{Sum: xxhash.Sum64(data), Size: int64(len(data))}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.putErr != nil {
+		return 0, container.BlockID{}, f.putErr
+	}
 	if f.open == 0 {
 		f.open = rand.Uint64() | 1
 		f.containers[f.open] = &fakeContainer{d: container.Descriptor{ID: f.open, State: container.Open}}

@@ -453,3 +453,39 @@ func TestRetryable(t *testing.T) {
 		}
 	}
 }
+
+// TestPutErrorSaidOnce checks that a failed Put's error is the store's
+// (or the reader's) message and nothing more: the caller, which named the
+// file, adds which one, and no layer repeats "put <name>".
+func TestPutErrorSaidOnce(t *testing.T) {
+	const storeMsg = "put into container 7: write /vol/7/chunks/0.data: no space left on device"
+	tests := []struct {
+		name     string
+		storeErr error
+		r        io.Reader
+		want     string
+	}{
+		{"store", errors.New(storeMsg), strings.NewReader("block"), storeMsg},
+		{"store, no space", fmt.Errorf("put: new container: need 0 bytes: %w", container.ErrNoSpace), strings.NewReader("block"),
+			"put: new container: need 0 bytes: " + container.ErrNoSpace.Error()},
+		{"reader", nil, io.MultiReader(strings.NewReader("part"), errReader{errors.New("read t6: input/output error")}), "read t6: input/output error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := newFakeStore()
+			store.putErr = tt.storeErr
+			n := startNode(t, store, fastRetry())
+			_, _, err := n.c.Put(context.Background(), "t6", tt.r)
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("Put: %v, want exactly %q", err, tt.want)
+			}
+			if tt.storeErr != nil && errors.Is(tt.storeErr, container.ErrNoSpace) && !errors.Is(err, container.ErrNoSpace) {
+				t.Errorf("Put: %v does not wrap ErrNoSpace", err)
+			}
+		})
+	}
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }

@@ -195,8 +195,6 @@ func (s *Server) Put(stream containerpb.Container_PutServer) error {
 	if err != nil {
 		return toStatus(g.fail(err))
 	}
-	name := first.Name
-	g.what = fmt.Sprintf("put %s", name)
 	type result struct {
 		id  uint64
 		b   container.BlockID
@@ -231,9 +229,11 @@ func (s *Server) Put(stream containerpb.Container_PutServer) error {
 	case recvErr != nil:
 		return toStatus(recvErr) // cut, or the client went away (then nobody reads this)
 	case res.err != nil:
-		return toStatus(fmt.Errorf("put %s: %w", name, res.err))
+		// The store's message says what failed; the client, which named
+		// the file, says which file.
+		return toStatus(res.err)
 	case writeErr != nil:
-		return toStatus(fmt.Errorf("put %s: the store stopped reading before the end", name))
+		return toStatus(errors.New("put: the store stopped reading before the end"))
 	}
 	return stream.SendAndClose(&containerpb.PutResponse{ContainerId: res.id, Block: blockToPB(res.b)})
 }

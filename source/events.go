@@ -261,3 +261,22 @@ func (e serverEvents) Last(ctx context.Context) (uint64, error) {
 func (e serverEvents) Range(ctx context.Context, from, to uint64, fn func(*journal.Event) error) error {
 	return e.s.walk(ctx, from, to, false, fn)
 }
+
+// Wait returns once the journal holds an event after after, and its id:
+// woken by the mount's follow stream while one answers, by the journal
+// file's own poll otherwise (a following Events stream's source, and its
+// switching between the two). Errors: ctx's, the journal's.
+func (e serverEvents) Wait(ctx context.Context, after uint64) (uint64, error) {
+	var got uint64
+	err := e.s.walk(ctx, after+1, 0, true, func(ev *journal.Event) error {
+		got = ev.ID
+		return errWoken
+	})
+	if got != 0 {
+		return got, nil
+	}
+	return 0, err
+}
+
+// errWoken ends Wait's follow at the first new event.
+var errWoken = errors.New("woken")

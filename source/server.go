@@ -209,7 +209,9 @@ func (s *Server) Close() error {
 
 // Journal returns the journal as the service reads it: through the mount's
 // control socket while one answers, read-only otherwise, switching when a
-// mount starts or stops (as Events streams do).
+// mount starts or stops (as Events streams do). It also has
+// Wait(ctx, after) (uint64, error), which returns once an event after
+// after exists (ingest.Waiter).
 func (s *Server) Journal() repl.Events { return serverEvents{s} }
 
 // ListenAndServe listens on addr, which must be a loopback address (TLS

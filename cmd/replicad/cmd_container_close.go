@@ -13,7 +13,9 @@ func newContainerCloseCmd(g *globalOptions, opts *containerOptions) *cobra.Comma
 		Short: "Close a node's open container",
 		Long: `Close the open container ID: CLOSING, then every file made durable, the
 checksum file written and the descriptor rewritten CLOSED. A CLOSED
-container can be replicated. Closing a CLOSED container is a no-op.`,
+container can be replicated. Closing a CLOSED container is a no-op. A
+close that fails (a full volume) leaves the container CLOSING, its blocks
+still served; close it again once there is room.`,
 		Example: `  replicad container close --server 127.0.0.1:9870 8061295411230218764`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runContainerClose(cmd.Context(), g, opts, args)

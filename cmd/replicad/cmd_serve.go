@@ -57,8 +57,11 @@ type serveOptions struct {
 // records how far it ingested the journal.
 const ingestCursor = "replicad-ingest.json"
 
-// ingestInterval is how often serve --ingest looks for new events.
-const ingestInterval = time.Second
+// ingestPoll bounds how long serve --ingest waits between looks at the
+// journal: it follows the journal (the mount's event stream, or the
+// journal file's own 50 ms poll when unmounted), so this only matters
+// when neither can tell.
+const ingestPoll = 10 * time.Second
 
 func newServeCmd(g *globalOptions) *cobra.Command {
 	opts := serveOptions{containerSize: container.DefaultContainerSize, streamRate: peer.DefaultStreamMinRate}
@@ -80,7 +83,8 @@ func newServeCmd(g *globalOptions) *cobra.Command {
     replicate names no --mode).
 
 --ingest (needs --state and --volume) writes the files journal events add,
-and the originals they preserve, into the open container, and remembers
+and the originals they preserve, into the open container as the events are
+journaled (it follows the journal, as an events stream does), and remembers
 the last event ingested in STATE/` + ingestCursor + ` so that a restart
 resumes. A container closes at --container-size, or after --ingest-idle
 without a new file.
@@ -391,7 +395,7 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			feed.Run(ctx, ingestInterval) // reports through Logf; nil when ctx ends
+			feed.Run(ctx, ingestPoll) // reports through Logf; nil when ctx ends
 		}()
 	}
 	fmt.Fprintf(g.stdout, "listening on %s (%s)\n", lis.Addr(), strings.Join(desc, "; "))

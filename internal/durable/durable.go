@@ -75,17 +75,21 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 
 // SyncDir fsyncs a directory, so that the names created, renamed or
 // removed in it survive a power loss.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
+func SyncDir(dir string) error { return SyncFile(dir) }
+
+// SyncFile fsyncs the file (or directory) at path, written earlier
+// through another descriptor.
+func SyncFile(path string) error {
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
+		return fmt.Errorf("fsync %s: %w", path, err)
 	}
 	return nil
 }
