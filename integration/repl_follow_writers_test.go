@@ -99,7 +99,7 @@ func awaitFollow(t *testing.T, what string, m *mounted, target string, follow *p
 			diff = fmt.Sprintf("target at event %d, source at %d", id, last)
 			return false
 		}
-		got, err := tryReadTree(target, ".replstate", ".repl-staging")
+		got, err := tryReadTree(target, targetNames...)
 		if err != nil {
 			diff = err.Error()
 			return false
