@@ -115,8 +115,13 @@
 // effects of events past last_repl_id, which a rerun re-applies
 // idempotently (content already in place is not fetched again).
 // <target>/.repl-staging holds content being fetched; it is emptied at the
-// start and removed at the end of every load. Both names are reserved at
-// the target's root.
+// start and removed at the end of every load. <target>/.repl-lock is the
+// target's lock: a loader (a load, a follow for its whole life) holds an
+// exclusive flock(2) on it before it touches anything in the target, and
+// writes its pid, command line and start into it, so that a second loader
+// is refused naming it (ErrTargetBusy) or waits (LockOptions.Wait). The
+// flock is the truth: a holder killed with -9 never blocks the next one.
+// The three names are reserved at the target's root.
 //
 // # Caveats
 //
