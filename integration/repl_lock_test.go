@@ -150,6 +150,7 @@ func TestReplLoadersOneAtATime(t *testing.T) {
 			}
 			for _, s := range procs {
 				res := s.p.wait(t, 2*time.Minute)
+				t.Logf("%s (wait %v): exit %d: %s%s", s.kind, s.wait, res.Code, strings.TrimSpace(res.Stdout), strings.TrimSpace(res.Stderr))
 				if refused(s, res) || s.kind != "load" {
 					continue
 				}

@@ -226,12 +226,12 @@ func (f *Follower) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		if m := f.cfg.Metrics; m != nil {
+			m.Succeeded()
+		}
 		if b.Failures() > 0 {
 			f.recovered(b.Failures())
 			b.Reset()
-		}
-		if m := f.cfg.Metrics; m != nil {
-			m.Succeeded()
 		}
 		if more {
 			continue
@@ -341,10 +341,9 @@ func (f *Follower) failed(err error, n int, wait time.Duration) {
 func (f *Follower) recovered(n int) {
 	f.status = FollowStatus{PID: f.status.PID, Source: f.status.Source, State: FollowFollowing, Since: time.Now().UTC()}
 	f.lastErr = ""
-	werr := f.writeStatus()
 	f.logf("source %s: a round succeeded after %d failed; target at event %d", f.cfg.Addr, n, f.at)
-	if werr != nil {
-		f.logf("status: %v", werr)
+	if err := f.writeStatus(); err != nil {
+		f.logf("status: %v", err)
 	}
 }
 

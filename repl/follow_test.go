@@ -166,7 +166,11 @@ func TestFollowerRunRetries(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
 	deadline := time.Now().Add(20 * time.Second)
-	for lastID(t, target) != last || !strings.Contains(strings.Join(logged(), "\n"), "succeeded after") {
+	following := func() bool {
+		st, _, _ := ReadFollowStatus(target)
+		return st.State == FollowFollowing && st.Failures == 0
+	}
+	for lastID(t, target) != last || !strings.Contains(strings.Join(logged(), "\n"), "succeeded after") || !following() {
 		if time.Now().After(deadline) {
 			t.Fatalf("target at %d after 20s (want %d); lines: %q", lastID(t, target), last, logged())
 		}

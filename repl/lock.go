@@ -189,7 +189,7 @@ func commandLine() string {
 	}
 	args := append([]string{filepath.Base(os.Args[0])}, os.Args[1:]...)
 	s := strings.Join(args, " ")
-	const most = 80
+	const most = 120
 	if r := []rune(s); len(r) > most {
 		s = string(r[:most-3]) + "..."
 	}
