@@ -9,8 +9,11 @@
 // through Fetcher — from the live path while its checksum still matches,
 // else from cmroot by checksum — several files at a time, ahead of the
 // event being applied; every byte is verified before it becomes visible,
-// and content becomes visible event by event, in order. Nothing here
-// mounts, listens or dials.
+// and content becomes visible event by event, in order. A Follower keeps
+// a target loaded from a FollowSource in rounds (Sync: dump from the
+// target's last event, load, confirm), driven by Run with backoff; what it
+// measures goes to a FollowMetrics the caller implements. A target has one
+// loader at a time (Lock). Nothing here mounts, listens or dials.
 //
 // # Dump layout (version 1)
 //
