@@ -41,7 +41,7 @@ func TestReplFollow(t *testing.T) {
 				diff = fmt.Sprintf("target at event %d, source at %d", id, last)
 				return false
 			}
-			got, err := tryReadTree(target, ".replstate", ".repl-staging")
+			got, err := tryReadTree(target, targetNames...)
 			if err != nil {
 				diff = err.Error()
 				return false

@@ -99,7 +99,7 @@ func awaitFollow(t *testing.T, what string, m *mounted, target string, follow *p
 			diff = fmt.Sprintf("target at event %d, source at %d", id, last)
 			return false
 		}
-		got, err := tryReadTree(target, ".replstate", ".repl-staging")
+		got, err := tryReadTree(target, targetNames...)
 		if err != nil {
 			diff = err.Error()
 			return false
@@ -183,8 +183,11 @@ func TestFollowSourceRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitFollow(t, "after the source restarted", m, target, follow, 2*time.Minute)
-	if e := follow.stderrNow(); !strings.Contains(e, "retrying in") || !strings.Contains(e, "succeeded after") {
-		t.Errorf("follow's stderr does not say it retried and recovered:\n%s", e)
+	// The round that caught up ends (and says so) just after its last
+	// event is in place.
+	if !poll(10*time.Second, func() bool { return strings.Contains(follow.stderrNow(), "succeeded after") }) ||
+		!strings.Contains(follow.stderrNow(), "retrying in") {
+		t.Errorf("follow's stderr does not say it retried and recovered:\n%s", follow.stderrNow())
 	}
 	if got := followMetric(t, follow, "replicad_follow_consecutive_failures"); got != "0" {
 		t.Errorf("replicad_follow_consecutive_failures %s after catching up, want 0", got)

@@ -437,10 +437,13 @@ func fileValue(b []byte) string { return fmt.Sprintf("file %d %s", len(b), journ
 // sourceTree is the warehouse tree of a mount, without its state directory.
 func sourceTree(t testing.TB, m *mounted) tree { return readTree(t, m.Backing, ".cmfs") }
 
+// targetNames are the names replicad keeps at a load target's root.
+var targetNames = []string{".replstate", ".repl-staging", ".repl-lock"}
+
 // targetTree is a load target's tree without the names replicad keeps
-// there (.replstate, .repl-staging).
+// there (targetNames).
 func targetTree(t testing.TB, target string) tree {
-	return readTree(t, target, ".replstate", ".repl-staging")
+	return readTree(t, target, targetNames...)
 }
 
 // diffTree describes how got differs from want, "" if it does not; at most

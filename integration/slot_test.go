@@ -165,7 +165,7 @@ func (s *slotRun) catchUp(t *testing.T) {
 			diff = fmt.Sprintf("target at event %d, source at %d", id, last)
 			return false
 		}
-		got, err := tryReadTree(s.target, ".replstate", ".repl-staging")
+		got, err := tryReadTree(s.target, targetNames...)
 		if err != nil {
 			diff = err.Error()
 			return false
@@ -195,7 +195,7 @@ func (s *slotRun) catchUp(t *testing.T) {
 // target untouched.
 func (s *slotRun) expectRefusal(t *testing.T, why string) {
 	t.Helper()
-	before := readTree(t, s.target, ".replstate", ".repl-staging")
+	before := readTree(t, s.target, targetNames...)
 	at := stateID(s.target)
 	s.restartFollow(t)
 	res := s.follow.wait(t, 30*time.Second)
@@ -219,7 +219,7 @@ func (s *slotRun) expectRefusal(t *testing.T, why string) {
 	if !regexp.MustCompile(`^replicad: `).MatchString(line) || len(lines) != 1 {
 		t.Errorf("want one line on stderr starting with 'replicad: ', got %q", res.Stderr)
 	}
-	if diff := diffTree(readTree(t, s.target, ".replstate", ".repl-staging"), before); diff != "" || stateID(s.target) != at {
+	if diff := diffTree(readTree(t, s.target, targetNames...), before); diff != "" || stateID(s.target) != at {
 		t.Errorf("the refused follow changed the target: %s (at %d, was %d)", diff, stateID(s.target), at)
 	}
 }

@@ -44,7 +44,7 @@ func (l *loader) abs(rel string) (string, error) {
 	if err := checkRel(rel); err != nil {
 		return "", err
 	}
-	if first, _, _ := strings.Cut(rel, "/"); first == stateFile || first == stagingDir {
+	if first, _, _ := strings.Cut(rel, "/"); first == stateFile || first == stagingDir || first == lockFile {
 		return "", fmt.Errorf("%s is the target's own state: %w", rel, ErrUnsafePath)
 	}
 	return filepath.Join(l.target, filepath.FromSlash(rel)), nil

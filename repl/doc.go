@@ -9,8 +9,11 @@
 // through Fetcher — from the live path while its checksum still matches,
 // else from cmroot by checksum — several files at a time, ahead of the
 // event being applied; every byte is verified before it becomes visible,
-// and content becomes visible event by event, in order. Nothing here
-// mounts, listens or dials.
+// and content becomes visible event by event, in order. A Follower keeps
+// a target loaded from a FollowSource in rounds (Sync: dump from the
+// target's last event, load, confirm), driven by Run with backoff; what it
+// measures goes to a FollowMetrics the caller implements. A target has one
+// loader at a time (Lock). Nothing here mounts, listens or dials.
 //
 // # Dump layout (version 1)
 //
@@ -115,8 +118,13 @@
 // effects of events past last_repl_id, which a rerun re-applies
 // idempotently (content already in place is not fetched again).
 // <target>/.repl-staging holds content being fetched; it is emptied at the
-// start and removed at the end of every load. Both names are reserved at
-// the target's root.
+// start and removed at the end of every load. <target>/.repl-lock is the
+// target's lock: a loader (a load, a follow for its whole life) holds an
+// exclusive flock(2) on it before it touches anything in the target, and
+// writes its pid, command line and start into it, so that a second loader
+// is refused naming it (ErrTargetBusy) or waits (LockOptions.Wait). The
+// flock is the truth: a holder killed with -9 never blocks the next one.
+// The three names are reserved at the target's root.
 //
 // # Caveats
 //

@@ -30,4 +30,7 @@ var (
 	// else than what was asked for (another dump, a non-empty tree, another
 	// source).
 	ErrMismatch = errors.New("repl: dump or target holds something else")
+	// ErrTargetBusy: another loader (a load, a follow) holds the target;
+	// the error is a *BusyError that names it.
+	ErrTargetBusy = errors.New("repl: target is being loaded by another process")
 )

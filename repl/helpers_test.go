@@ -266,7 +266,7 @@ func snapshot(t testing.TB, root string) map[string]string {
 		}
 		rel, _ := filepath.Rel(root, p)
 		rel = filepath.ToSlash(rel)
-		if rel == stateDirName || rel == stateFile || rel == stagingDir {
+		if rel == stateDirName || rel == stateFile || rel == stagingDir || rel == lockFile {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}

@@ -32,6 +32,10 @@ type LoadOptions struct {
 	// being applied; 0 means DefaultFetchers. The fetcher must be safe for
 	// concurrent use.
 	Fetchers int
+	// Lock, if not nil, is the caller's hold on the target (a follow
+	// holds it for all its rounds); else Load takes the target for
+	// itself and refuses it if another loader holds it.
+	Lock *Lock
 }
 
 // LoadResult says what Load did.
@@ -65,9 +69,22 @@ type LoadResult struct {
 // the event following the target's last one), ErrMismatch (another
 // source, a BOOTSTRAP into a non-empty target), ErrFormat (a mangled dump),
 // ErrNoCopy and ErrChecksum wrapped with the event id, path and checksum,
-// ErrUnsafePath (a path leading out of the target), the fetcher's and I/O
+// ErrUnsafePath (a path leading out of the target), *BusyError
+// (ErrTargetBusy: another loader holds the target), the fetcher's and I/O
 // errors.
 func Load(ctx context.Context, dumpDir, target string, fetch Fetcher, opts LoadOptions) (LoadResult, error) {
+	switch {
+	case opts.Lock == nil:
+		// Before anything in the target is touched: two loaders would
+		// empty each other's staging and interleave their events.
+		lk, err := LockTarget(ctx, target, LockOptions{})
+		if err != nil {
+			return LoadResult{}, err
+		}
+		defer lk.Unlock()
+	case !opts.Lock.holds(target):
+		return LoadResult{}, fmt.Errorf("load %s into %s: the lock given holds %s", dumpDir, target, opts.Lock.Target())
+	}
 	res, err := load(ctx, dumpDir, target, fetch, opts)
 	if err != nil {
 		return res, fmt.Errorf("load %s into %s: %w", dumpDir, target, err)
@@ -342,7 +359,7 @@ func (l *loader) bootstrap(dumpDir string, md Metadata, fin Finished, st State, 
 			return err
 		}
 		for _, ent := range ents {
-			if ent.Name() != stagingDir && !strings.HasPrefix(ent.Name(), "."+stateFile) {
+			if ent.Name() != stagingDir && ent.Name() != lockFile && !strings.HasPrefix(ent.Name(), "."+stateFile) {
 				return fmt.Errorf("target is not empty (it holds %s) and has no %s: %w", ent.Name(), stateFile, ErrMismatch)
 			}
 		}

@@ -48,7 +48,7 @@ type Entry struct {
 
 // LocalTree walks a directory on this machine and hashes every file.
 // It leaves out cmfs's state directory (.cmfs), the names a replica keeps
-// at its root (.replstate, .repl-staging), every path with a component
+// at its root (.replstate, .repl-staging, .repl-lock), every path with a component
 // matching one of the Exclude globs (path.Match syntax, as cmfs mount
 // --exclude), and everything that is not a directory, a regular file or a
 // symlink (devices, fifos, sockets: cmfs journals none of them). A
@@ -63,7 +63,7 @@ type LocalTree struct {
 var _ Tree = LocalTree{}
 
 // skipAtRoot are top-level names that are never part of the tree.
-var skipAtRoot = map[string]bool{stateDirName: true, stateFile: true, stagingDir: true}
+var skipAtRoot = map[string]bool{stateDirName: true, stateFile: true, stagingDir: true, lockFile: true}
 
 func (t LocalTree) excluded(rel string) bool {
 	if !strings.Contains(rel, "/") && skipAtRoot[rel] {

@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/cmfs-project/cmfs/internal/backoff"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 	"github.com/cmfs-project/cmfs/slot"
@@ -27,13 +26,14 @@ type followOptions struct {
 	metrics  string
 	slot     string
 	noSlot   bool
+	wait     time.Duration
 	tls      tlsFlags
 }
 
 func newFollowCmd(g *globalOptions) *cobra.Command {
 	var opts followOptions
 	cmd := &cobra.Command{
-		Use:   "follow --source ADDR --target DIR [--interval DUR] [--metrics ADDR]",
+		Use:   "follow --source ADDR --target DIR [--interval DUR] [--metrics ADDR] [--wait DUR]",
 		Short: "Keep a destination warehouse loaded from a source, continuously",
 		Long: `Keep TARGET (created if missing) up to date with the 'replicad serve' at
 --source: whenever the source has events past the target's last loaded
@@ -70,7 +70,13 @@ source kept (no slot, or past --retain-max) is refused with one line
 naming the first event it can no longer reproduce and how to bootstrap it
 again, and following ends there (exit 1): no retry can bring those
 originals back. --no-slot follows without a slot (the source's retention
-alone).`,
+alone).
+
+A target is loaded by one loader at a time: follow holds it for as long
+as it runs, and a 'replicad load' or another follow of it is refused with
+one line naming the holder. Started while another loader holds the
+target, follow is refused the same way; with --wait DUR it waits that
+long for it first.`,
 		Example: `  replicad follow --source 127.0.0.1:9860 --target /replica
   replicad follow --source 127.0.0.1:9860 --target /replica --metrics 127.0.0.1:9861`,
 		Args: cobra.NoArgs,
@@ -85,21 +91,10 @@ alone).`,
 	f.StringVar(&opts.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (default: off)")
 	f.StringVar(&opts.slot, "slot", "", "the replication slot's `NAME` on the source (default: HOST:TARGET)")
 	f.BoolVar(&opts.noSlot, "no-slot", false, "follow without a replication slot")
+	f.DurationVar(&opts.wait, "wait", 0, "wait this long for another loader of the target (default: refuse at once)")
 	opts.tls.register(f, "client")
 	return cmd
 }
-
-// followBatch bounds the events of one round, so that a target far behind
-// advances (and reports) in steps.
-const followBatch = 10000
-
-// Retry delays after a failed round: transient failures (the source
-// unreachable) are retried sooner than lasting ones (see lasting).
-const (
-	minBackoff        = 250 * time.Millisecond
-	maxBackoff        = 10 * time.Second
-	maxBackoffLasting = time.Minute
-)
 
 func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []string) error {
 	if opts.source == "" {
@@ -110,6 +105,9 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	}
 	if opts.interval <= 0 {
 		return fmt.Errorf("--interval %s must be positive", opts.interval)
+	}
+	if opts.wait < 0 {
+		return fmt.Errorf("--wait %s must not be negative", opts.wait)
 	}
 	if opts.noSlot && opts.slot != "" {
 		return errors.New("give --slot NAME or --no-slot, not both")
@@ -131,20 +129,6 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 			return fmt.Errorf("--slot: %w", err)
 		}
 	}
-	if st, _, err := repl.ReadState(target); err != nil {
-		return err
-	} else if st.Bootstrapping != "" {
-		return fmt.Errorf("target %s is in the middle of loading %s: finish that with 'replicad load' first", target, st.Bootstrapping)
-	}
-	work := followWork(target)
-	// Dumps are cheap to remake: whatever a stopped follow left is dropped.
-	if err := os.RemoveAll(work); err != nil {
-		return fmt.Errorf("clear work directory: %w", err)
-	}
-	if err := os.Mkdir(work, 0o755); err != nil {
-		return fmt.Errorf("work directory: %w", err)
-	}
-	defer os.RemoveAll(work)
 
 	client, err := dialSource(ctx, opts.source, opts.tls)
 	if err != nil {
@@ -152,26 +136,31 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	}
 	defer client.Close()
 
-	f := &follower{
-		g: g, addr: opts.source, client: client, target: target, work: work, slot: slotName,
-		m: newMetrics(), tty: isTerminal(g.stderr), times: map[uint64]time.Time{},
-	}
-	f.status = followStatus{PID: os.Getpid(), Source: opts.source, State: stateFollowing, Since: time.Now().UTC()}
-	if err := f.writeStatus(); err != nil {
+	ui := &followUI{stderr: g.stderr, addr: opts.source, m: newMetrics(), tty: isTerminal(g.stderr)}
+	f, err := repl.NewFollower(ctx, repl.FollowConfig{
+		Source: followSource{client, target, opts.source}, Addr: opts.source, Target: target, Slot: slotName,
+		Interval: opts.interval, Batch: followBatch, Wait: opts.wait,
+		Metrics: ui, Logf: ui.say, Classify: classify,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted while waiting for the target
+		}
 		return err
 	}
+	defer f.Close()
+
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-
 	if opts.metrics != "" {
 		lis, err := net.Listen("tcp", opts.metrics)
 		if err != nil {
 			return fmt.Errorf("metrics: listen %s: %w", opts.metrics, unwrapOp(err))
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", f.m.handler())
+		mux.Handle("/metrics", ui.m.handler())
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		wg.Add(1)
 		go func() {
@@ -190,186 +179,51 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	} else {
 		fmt.Fprintf(g.stdout, "following %s into %s (no slot)\n", opts.source, target)
 	}
-
-	wake := make(chan struct{}, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		f.watch(ctx, wake)
-	}()
-	err = f.loop(ctx, opts.interval, wake)
-	f.endLine()
-	cancel()   // stop the watcher
+	err = f.Run(ctx)
+	ui.endLine()
 	return err // nil when interrupted
 }
 
-// follower is the state of one follow: the source, the target, what it
-// measured.
-type follower struct {
-	g      *globalOptions
-	addr   string
-	client *source.Client
+// followBatch bounds the events of one round, so that a target far behind
+// advances (and reports) in steps.
+const followBatch = 10000
+
+// classify decides what follows a failed round of follow: the end of
+// following for a target the source can no longer serve (source.ErrLost:
+// the originals it needs are gone), a longer backoff for errors a retry
+// is unlikely to fix soon, a short one for the rest (the source away).
+func classify(err error) repl.Verdict {
+	if errors.Is(err, source.ErrLost) {
+		return repl.Stop
+	}
+	for _, target := range []error{
+		repl.ErrGap, repl.ErrMismatch, repl.ErrFormat, repl.ErrNoCopy, repl.ErrChecksum, repl.ErrUnsafePath,
+		source.ErrNotFound, source.ErrRefused, source.ErrInvalid, source.ErrMismatch, source.ErrInsecure,
+		journal.ErrCorrupt,
+	} {
+		if errors.Is(err, target) {
+			return repl.RetryLater
+		}
+	}
+	return repl.Retry
+}
+
+// followSource is a 'replicad serve' as a Follower follows it.
+type followSource struct {
+	*source.Client
 	target string
-	work   string
-	m      *metrics
-	tty    bool
-
-	sourceID string
-	// slot is the replication slot's name ("": none); confirmed is the
-	// position the source last confirmed, once confirmedOK.
-	slot        string
-	confirmed   uint64
-	confirmedOK bool
-
-	mu    sync.Mutex
-	times map[uint64]time.Time // event times of the round being loaded
-	line  bool                 // a progress line is open on the terminal
-
-	status  followStatus // what status shows; written by the loop only
-	lastErr string       // the last failure printed
+	addr   string
 }
 
-// loop runs rounds until ctx ends: right away while the source is ahead,
-// else when woken or every interval. A failed round is retried with
-// backoff: follow is a daemon, and the target stays at the last event
-// applied, so a retry is always safe. Only a target the source can no
-// longer serve (source.ErrLost: the originals it needs are gone) ends it,
-// with that error.
-func (f *follower) loop(ctx context.Context, interval time.Duration, wake <-chan struct{}) error {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	b := backoff.Backoff{Min: minBackoff, Max: maxBackoff}
-	for {
-		more, err := f.sync(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(err, source.ErrLost) {
-			return err
-		}
-		if err != nil {
-			b.Max = maxBackoff
-			if lasting(err) {
-				b.Max = maxBackoffLasting
-			}
-			wait := b.Next()
-			f.failed(err, b.Failures(), wait)
-			if backoff.Sleep(ctx, wait) != nil {
-				return nil
-			}
-			continue
-		}
-		if b.Failures() > 0 {
-			f.recovered(b.Failures())
-			b.Reset()
-		}
-		f.m.update(func(m *metricValues) { m.lastSuccess = time.Now() })
-		f.progress()
-		if more {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-wake:
-		case <-tick.C:
-		}
-	}
+func (s followSource) SourceID(ctx context.Context) (string, error) {
+	st, err := s.Status(ctx)
+	return st.SourceID, err
 }
 
-// failed reports the failure of a round, the n-th in a row, retried after
-// wait: in the metrics, in the status file, and on stderr when the error
-// is new or n a power of two (a lasting failure is not a line every
-// retry).
-func (f *follower) failed(err error, n int, wait time.Duration) {
-	now := time.Now().UTC()
-	f.m.update(func(m *metricValues) { m.errors++; m.failing = uint64(n) })
-	if n == 1 {
-		f.status.State, f.status.Since = stateRetrying, now
-	}
-	f.status.Failures, f.status.LastError, f.status.NextRetry = n, err.Error(), now.Add(wait)
-	werr := f.writeStatus()
-	if msg := err.Error(); msg != f.lastErr || n&(n-1) == 0 {
-		f.lastErr = msg
-		f.say("%v; retrying in %s (failure %d in a row)", err, wait.Round(time.Millisecond), n)
-	}
-	if werr != nil {
-		f.say("status: %v", werr)
-	}
-}
-
-// recovered reports a round that succeeded after n failed.
-func (f *follower) recovered(n int) {
-	f.m.update(func(m *metricValues) { m.failing = 0 })
-	f.status = followStatus{PID: f.status.PID, Source: f.status.Source, State: stateFollowing, Since: time.Now().UTC()}
-	f.lastErr = ""
-	f.say("source %s: a round succeeded after %d failed; target at event %d", f.addr, n, f.m.snapshot().targetLast)
-	if err := f.writeStatus(); err != nil {
-		f.say("status: %v", err)
-	}
-}
-
-// sync runs one round: dump the events past the target's last one (at
-// most followBatch) from the source, load them, remove the dump. more
-// says the source was still ahead when the round started.
-func (f *follower) sync(ctx context.Context) (more bool, err error) {
-	st, _, err := repl.ReadState(f.target)
-	if err != nil {
-		return false, err
-	}
-	last, err := f.client.Last(ctx)
-	if err != nil {
-		return false, err
-	}
-	f.m.update(func(m *metricValues) { m.sourceLast, m.targetLast = last, st.LastReplID })
-	from := st.LastReplID + 1
-	if last < from {
-		return false, f.confirm(ctx, st.LastReplID)
-	}
-	// Before a round: the source says if an event the round needs can no
-	// longer be reproduced, and the slot holds what the round needs.
-	if err := f.confirm(ctx, st.LastReplID); err != nil {
-		return false, err
-	}
-	if f.sourceID == "" {
-		s, err := f.client.Status(ctx)
-		if err != nil {
-			return false, err
-		}
-		f.sourceID = s.SourceID
-	}
-	to := min(last, from+followBatch-1)
-	dir := filepath.Join(f.work, dumpName(repl.Incremental, from, to, "", ""))
-	defer os.RemoveAll(dir)
-	f.mu.Lock()
-	clear(f.times)
-	f.mu.Unlock()
-	if _, err := repl.Dump(ctx, timedEvents{f.client, f}, dir, repl.DumpOptions{From: from, To: to, Source: f.sourceID}); err != nil {
-		return false, err
-	}
-	res, err := repl.Load(ctx, dir, f.target, f.client, repl.LoadOptions{Progress: f})
-	f.m.update(func(m *metricValues) {
-		m.files += uint64(res.Files)
-	})
-	if err != nil {
-		return false, err
-	}
-	if st, _, err := repl.ReadState(f.target); err == nil {
-		if err := f.confirm(ctx, st.LastReplID); err != nil {
-			return false, err
-		}
-	}
-	return to < last, nil
-}
-
-// confirm tells the source the target's position (moving the slot) when
-// it changed since the last time, and turns a refusal into one line that
-// says how to bootstrap again.
-func (f *follower) confirm(ctx context.Context, pos uint64) error {
-	if f.confirmedOK && f.confirmed == pos {
-		return nil
-	}
-	_, err := f.client.Confirm(ctx, f.slot, pos)
+// Confirm moves the slot, and turns a refusal into one line that says how
+// to bootstrap again.
+func (s followSource) Confirm(ctx context.Context, slotName string, pos uint64) error {
+	_, err := s.Client.Confirm(ctx, slotName, pos)
 	var lost *source.LostError
 	if errors.As(err, &lost) {
 		state := lost.State
@@ -377,122 +231,80 @@ func (f *follower) confirm(ctx context.Context, pos uint64) error {
 			state = "STATE"
 		}
 		return fmt.Errorf("target %s is at event %d and cannot catch up: %w; bootstrap it again: on the source run 'replicad dump --state %s --out DUMPROOT', then 'replicad load --dump DUMPROOT/bootstrap-N --target NEW_DIR --source %s' into a new, empty directory, and follow that",
-			f.target, pos, err, state, f.addr)
+			s.target, pos, err, state, s.addr)
 	}
-	if err != nil {
-		return err
+	return err
+}
+
+// followUI is what a follow shows: its metrics (repl.FollowMetrics), its
+// lines on stderr and, on a terminal, a progress line.
+type followUI struct {
+	stderr io.Writer
+	addr   string
+	m      *metrics
+	tty    bool
+
+	mu   sync.Mutex
+	line bool // a progress line is open on the terminal
+}
+
+var _ repl.FollowMetrics = (*followUI)(nil)
+
+func (u *followUI) Positions(sourceLast, targetLast uint64) {
+	u.m.update(func(m *metricValues) { m.sourceLast, m.targetLast = sourceLast, targetLast })
+}
+
+func (u *followUI) Applied(id uint64, at time.Time) {
+	if !at.IsZero() {
+		u.m.observeLag(time.Since(at))
 	}
-	f.confirmed, f.confirmedOK = pos, true
-	return nil
+	u.m.update(func(m *metricValues) { m.targetLast = max(m.targetLast, id) })
 }
 
-// Event implements repl.Progress: event id is applied at the target.
-func (f *follower) Event(id uint64) {
-	f.mu.Lock()
-	t, ok := f.times[id]
-	delete(f.times, id)
-	f.mu.Unlock()
-	if ok {
-		f.m.observeLag(time.Since(t))
-	}
-	f.m.update(func(m *metricValues) { m.targetLast = max(m.targetLast, id) })
+func (u *followUI) Bytes(n int64) { u.m.update(func(m *metricValues) { m.bytes += n }) }
+
+func (u *followUI) Files(n int) { u.m.update(func(m *metricValues) { m.files += uint64(n) }) }
+
+func (u *followUI) Failed(n int) {
+	u.m.update(func(m *metricValues) { m.errors++; m.failing = uint64(n) })
 }
 
-// Bytes implements repl.Progress.
-func (f *follower) Bytes(n int64) {
-	f.m.update(func(m *metricValues) { m.bytes += n })
-}
-
-// timedEvents is the source's journal as the dump reads it, noting every
-// event's time for the lag measured when it is applied.
-type timedEvents struct {
-	*source.Client
-	f *follower
-}
-
-func (e timedEvents) Range(ctx context.Context, from, to uint64, fn func(*journal.Event) error) error {
-	return e.Client.Range(ctx, from, to, func(ev *journal.Event) error {
-		e.f.mu.Lock()
-		e.f.times[ev.ID] = ev.Time
-		e.f.mu.Unlock()
-		return fn(ev)
-	})
-}
-
-// watch follows the source's journal and signals wake at every new event,
-// so a round starts as soon as there is something to load; a broken stream
-// is taken up again after a pause (the loop reports the source's state).
-func (f *follower) watch(ctx context.Context, wake chan<- struct{}) {
-	var next uint64
-	for ctx.Err() == nil {
-		if next == 0 {
-			if last, err := f.client.Last(ctx); err == nil {
-				next = last + 1
-			}
-		}
-		if next != 0 {
-			f.client.Follow(ctx, next, func(e *journal.Event) error {
-				next = e.ID + 1
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
-				return nil
-			})
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// lasting reports whether a failed round would likely fail the same way
-// for a while: it is retried less often than a source that is away.
-func lasting(err error) bool {
-	for _, target := range []error{
-		repl.ErrGap, repl.ErrMismatch, repl.ErrFormat, repl.ErrNoCopy, repl.ErrChecksum, repl.ErrUnsafePath,
-		source.ErrNotFound, source.ErrRefused, source.ErrInvalid, source.ErrMismatch, source.ErrInsecure,
-		journal.ErrCorrupt,
-	} {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	return false
+func (u *followUI) Succeeded() {
+	u.m.update(func(m *metricValues) { m.failing = 0; m.lastSuccess = time.Now() })
+	u.progress()
 }
 
 // progress redraws the progress line on a terminal.
-func (f *follower) progress() {
-	if !f.tty {
+func (u *followUI) progress() {
+	if !u.tty {
 		return
 	}
-	s := f.m.snapshot()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	fmt.Fprintf(f.g.stderr, "\rfollow %s: target at %d, source at %d, lag %s, %d events, %s applied   ",
-		f.addr, s.targetLast, s.sourceLast, time.Duration(s.lastLag*float64(time.Second)).Round(time.Millisecond),
+	s := u.m.snapshot()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	fmt.Fprintf(u.stderr, "\rfollow %s: target at %d, source at %d, lag %s, %d events, %s applied   ",
+		u.addr, s.targetLast, s.sourceLast, time.Duration(s.lastLag*float64(time.Second)).Round(time.Millisecond),
 		s.applied, shortBytes(s.bytes))
-	f.line = true
+	u.line = true
 }
 
 // say prints a line on stderr, after ending an open progress line.
-func (f *follower) say(format string, args ...any) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.line {
-		fmt.Fprintln(f.g.stderr)
-		f.line = false
+func (u *followUI) say(format string, args ...any) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.line {
+		fmt.Fprintln(u.stderr)
+		u.line = false
 	}
-	fmt.Fprintf(f.g.stderr, "replicad: "+format+"\n", args...)
+	fmt.Fprintf(u.stderr, "replicad: "+format+"\n", args...)
 }
 
 // endLine ends an open progress line.
-func (f *follower) endLine() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.line {
-		fmt.Fprintln(f.g.stderr)
-		f.line = false
+func (u *followUI) endLine() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.line {
+		fmt.Fprintln(u.stderr)
+		u.line = false
 	}
 }

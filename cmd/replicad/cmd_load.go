@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,13 +20,14 @@ type loadOptions struct {
 	source      string
 	sourceState string
 	json        bool
+	wait        time.Duration
 	tls         tlsFlags
 }
 
 func newLoadCmd(g *globalOptions) *cobra.Command {
 	var opts loadOptions
 	cmd := &cobra.Command{
-		Use:   "load --dump DIR --target DIR (--source ADDR | --source-state DIR) [--json]",
+		Use:   "load --dump DIR --target DIR (--source ADDR | --source-state DIR) [--wait DUR] [--json]",
 		Short: "Apply a dump to a destination warehouse",
 		Long: `Apply a dump to the warehouse directory TARGET (created if missing), event
 by event in id order. Every file is fetched once — from the source's live
@@ -38,6 +40,11 @@ Files come from a 'replicad serve' at --source ADDR (with --tls-cert,
 --tls-key and --tls-ca for a node that serves mutual TLS), or, on the
 source's machine, straight from the mount whose state directory is
 --source-state.
+
+A target is loaded by one loader at a time (a load, or a 'replicad
+follow' for as long as it runs): another one is refused with one line
+naming it (pid, command, since when); with --wait DUR the load waits that
+long for it first.
 
 Prints what was applied; --json prints one object with keys from, to,
 applied (events), files, bytes (and missing, when files inside a
@@ -56,6 +63,7 @@ bar is drawn on stderr.`,
 	f.StringVar(&opts.source, "source", "", "`ADDR` of the source's 'replicad serve'")
 	f.StringVar(&opts.sourceState, "source-state", "", "state `DIR` of the source mount, on this machine")
 	f.BoolVar(&opts.json, "json", false, "print one JSON object")
+	f.DurationVar(&opts.wait, "wait", 0, "wait this long for another loader of the target (default: refuse at once)")
 	opts.tls.register(f, "client")
 	return cmd
 }
@@ -88,10 +96,18 @@ func runLoad(ctx context.Context, g *globalOptions, opts loadOptions, _ []string
 	if err != nil {
 		return fmt.Errorf("dump %s: %w", opts.dump, err)
 	}
+	if opts.wait < 0 {
+		return fmt.Errorf("--wait %s must not be negative", opts.wait)
+	}
 	target, err := makeDirectory("target", opts.target)
 	if err != nil {
 		return err
 	}
+	lock, err := repl.LockTarget(ctx, target, repl.LockOptions{Wait: opts.wait})
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
 
 	var fetch repl.Fetcher
 	if opts.source != "" {
@@ -114,7 +130,7 @@ func runLoad(ctx context.Context, g *globalOptions, opts loadOptions, _ []string
 		fetch = &repl.LocalFetcher{Root: m.backing, CMRoot: m.cmroot, Events: events}
 	}
 
-	var lo repl.LoadOptions
+	lo := repl.LoadOptions{Lock: lock}
 	var b *bar
 	if isTerminal(g.stderr) {
 		b = newBar(g.stderr, "load "+filepath.Base(dump), eventsToApply(target, md))

@@ -48,13 +48,13 @@ next retry is due; a follow that was killed is shown as not running.`,
 
 // statusReport is what status prints with --json.
 type statusReport struct {
-	LastReplID    uint64        `json:"last_repl_id"`
-	Dump          string        `json:"dump"`
-	Time          string        `json:"time,omitempty"`
-	Source        string        `json:"source"`
-	FuzzyUntil    uint64        `json:"fuzzy_until,omitempty"`
-	Bootstrapping string        `json:"bootstrapping,omitempty"`
-	Follow        *followStatus `json:"follow,omitempty"`
+	LastReplID    uint64             `json:"last_repl_id"`
+	Dump          string             `json:"dump"`
+	Time          string             `json:"time,omitempty"`
+	Source        string             `json:"source"`
+	FuzzyUntil    uint64             `json:"fuzzy_until,omitempty"`
+	Bootstrapping string             `json:"bootstrapping,omitempty"`
+	Follow        *repl.FollowStatus `json:"follow,omitempty"`
 }
 
 func runStatus(_ context.Context, g *globalOptions, opts statusOptions, _ []string) error {
@@ -73,7 +73,7 @@ func runStatus(_ context.Context, g *globalOptions, opts statusOptions, _ []stri
 	if ok && !st.Time.IsZero() {
 		r.Time = st.Time.UTC().Format(time.RFC3339Nano)
 	}
-	if fs, found, err := readFollowStatus(target); err != nil {
+	if fs, found, err := repl.ReadFollowStatus(target); err != nil {
 		return err
 	} else if found {
 		r.Follow = &fs
@@ -101,13 +101,13 @@ func runStatus(_ context.Context, g *globalOptions, opts statusOptions, _ []stri
 }
 
 // printFollow prints what a follow of the target says, if one does.
-func printFollow(w io.Writer, f *followStatus) {
+func printFollow(w io.Writer, f *repl.FollowStatus) {
 	switch {
 	case f == nil:
 		return
 	case !f.Running:
 		fmt.Fprintf(w, "follow:       not running (pid %d gone; it was %s from %s)\n", f.PID, f.State, f.Source)
-	case f.State == stateRetrying:
+	case f.State == repl.FollowRetrying:
 		fmt.Fprintf(w, "follow:       retrying (pid %d, source %s): %d rounds failed in a row since %s; next retry %s\n",
 			f.PID, f.Source, f.Failures, f.Since.Format(time.RFC3339), f.NextRetry.Format(time.RFC3339Nano))
 	default:

@@ -88,9 +88,9 @@ func TestFollowRetriesFailedLoad(t *testing.T) {
 		done <- runFollow(ctx, g, followOptions{source: lis.Addr().String(), target: target, interval: 50 * time.Millisecond}, nil)
 	}()
 
-	status := func() followStatus {
+	status := func() repl.FollowStatus {
 		t.Helper()
-		st, ok, err := readFollowStatus(target)
+		st, ok, err := repl.ReadFollowStatus(target)
 		if err != nil || !ok {
 			t.Fatalf("follow status: %v (found %v)", err, ok)
 		}
@@ -112,11 +112,11 @@ func TestFollowRetriesFailedLoad(t *testing.T) {
 		}
 	}
 	wait("two failed rounds", func() bool {
-		_, ok, _ := readFollowStatus(target)
+		_, ok, _ := repl.ReadFollowStatus(target)
 		return ok && status().Failures >= 2
 	})
 	st := status()
-	if st.State != stateRetrying || !st.Running || !strings.Contains(st.LastError, "s.db/t/part-0") || st.NextRetry.IsZero() {
+	if st.State != repl.FollowRetrying || !st.Running || !strings.Contains(st.LastError, "s.db/t/part-0") || st.NextRetry.IsZero() {
 		t.Errorf("status while failing: %+v", st)
 	}
 	if e := stderr.String(); !strings.Contains(e, "retrying in") || !strings.Contains(e, "not found") {
@@ -133,7 +133,7 @@ func TestFollowRetriesFailedLoad(t *testing.T) {
 	}
 	wait("the event loaded", func() bool {
 		s, _, _ := repl.ReadState(target)
-		return s.LastReplID == 1 && status().State == stateFollowing
+		return s.LastReplID == 1 && status().State == repl.FollowFollowing
 	})
 	if st := status(); st.Failures != 0 || st.LastError != "" {
 		t.Errorf("status after recovering: %+v", st)
@@ -148,7 +148,7 @@ func TestFollowRetriesFailedLoad(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("follow: %v", err)
 	}
-	if _, ok, _ := readFollowStatus(target); ok {
+	if _, ok, _ := repl.ReadFollowStatus(target); ok {
 		t.Errorf("follow left its status behind")
 	}
 }

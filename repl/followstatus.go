@@ -1,4 +1,4 @@
-package main
+package repl
 
 import (
 	"encoding/json"
@@ -13,19 +13,19 @@ import (
 	"github.com/cmfs-project/cmfs/internal/durable"
 )
 
-// followStatusFile is where a running follow says how it is doing, in its
-// work directory (followWork): `replicad status --target` shows it. The
-// file goes with the work directory when follow ends.
+// followStatusFile is where a running Follower says how it is doing, in
+// its work directory (FollowWork). The file goes with the work directory
+// when the follow ends.
 const followStatusFile = "follow.json"
 
 // States of a follow.
 const (
-	stateFollowing = "following"
-	stateRetrying  = "retrying" // the last round failed
+	FollowFollowing = "following"
+	FollowRetrying  = "retrying" // the last round failed
 )
 
-// followStatus is the content of followStatusFile.
-type followStatus struct {
+// FollowStatus is what a running Follower says about itself.
+type FollowStatus struct {
 	PID    int    `json:"pid"`
 	Source string `json:"source"`
 	State  string `json:"state"`
@@ -35,18 +35,19 @@ type followStatus struct {
 	Failures  int       `json:"failures,omitempty"` // rounds failed in a row
 	LastError string    `json:"last_error,omitempty"`
 	NextRetry time.Time `json:"next_retry,omitzero"`
-	// Running is set by status, not stored: whether PID is alive.
+	// Running is set by ReadFollowStatus, not stored: whether PID is
+	// alive.
 	Running bool `json:"running"`
 }
 
-// followWork is the work directory of a follow into target: next to it,
-// never inside it.
-func followWork(target string) string {
+// FollowWork is the work directory of a follow into target, where its
+// dumps and status live: next to the target, never inside it.
+func FollowWork(target string) string {
 	return filepath.Join(filepath.Dir(target), "."+filepath.Base(target)+".repl-dumps")
 }
 
 // writeStatus replaces the status file with f.status.
-func (f *follower) writeStatus() error {
+func (f *Follower) writeStatus() error {
 	b, err := json.Marshal(f.status)
 	if err != nil {
 		return err
@@ -57,10 +58,11 @@ func (f *follower) writeStatus() error {
 	return nil
 }
 
-// readFollowStatus reads the status a follow into target left, if any
+// ReadFollowStatus reads the status a follow into target left, if any
 // (ok false: none is following it, or none says so).
-func readFollowStatus(target string) (st followStatus, ok bool, err error) {
-	b, err := os.ReadFile(filepath.Join(followWork(target), followStatusFile))
+func ReadFollowStatus(target string) (st FollowStatus, ok bool, err error) {
+	name := filepath.Join(FollowWork(target), followStatusFile)
+	b, err := os.ReadFile(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return st, false, nil
 	}
@@ -68,7 +70,7 @@ func readFollowStatus(target string) (st followStatus, ok bool, err error) {
 		return st, false, err
 	}
 	if err := json.Unmarshal(b, &st); err != nil {
-		return st, false, fmt.Errorf("follow status %s: %w", filepath.Join(followWork(target), followStatusFile), err)
+		return st, false, fmt.Errorf("follow status %s: %w", name, err)
 	}
 	// A follow killed (-9) leaves its file behind: say so.
 	st.Running = st.PID > 0 && alive(st.PID)

@@ -1,0 +1,228 @@
+package repl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cmfs-project/cmfs/journal"
+)
+
+// followFake is a FollowSource over a test source: its events and
+// files, and a Confirm that records every position and fails while
+// confirmErrs holds errors.
+type followFake struct {
+	*sliceEvents
+	*LocalFetcher
+
+	mu          sync.Mutex
+	confirms    []uint64
+	confirmErrs []error
+}
+
+func newFollowFake(s *source) *followFake {
+	return &followFake{sliceEvents: &s.ev, LocalFetcher: s.fetcher()}
+}
+
+func (f *followFake) Follow(ctx context.Context, from uint64, fn func(*journal.Event) error) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (f *followFake) SourceID(ctx context.Context) (string, error) { return "src", nil }
+
+func (f *followFake) Confirm(ctx context.Context, slot string, pos uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.confirmErrs) > 0 {
+		err := f.confirmErrs[0]
+		f.confirmErrs = f.confirmErrs[1:]
+		return err
+	}
+	f.confirms = append(f.confirms, pos)
+	return nil
+}
+
+// recordMetrics is a FollowMetrics that keeps what it is told.
+type recordMetrics struct {
+	mu        sync.Mutex
+	applied   []uint64
+	untimed   int // events applied without a source time
+	files     int
+	bytes     int64
+	failed    []int
+	succeeded int
+	source    uint64
+}
+
+func (m *recordMetrics) Positions(s, _ uint64) { m.mu.Lock(); m.source = s; m.mu.Unlock() }
+func (m *recordMetrics) Applied(id uint64, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.applied = append(m.applied, id)
+	if at.IsZero() {
+		m.untimed++
+	}
+}
+func (m *recordMetrics) Bytes(n int64) { m.mu.Lock(); m.bytes += n; m.mu.Unlock() }
+func (m *recordMetrics) Files(n int)   { m.mu.Lock(); m.files += n; m.mu.Unlock() }
+func (m *recordMetrics) Failed(n int)  { m.mu.Lock(); m.failed = append(m.failed, n); m.mu.Unlock() }
+func (m *recordMetrics) Succeeded()    { m.mu.Lock(); m.succeeded++; m.mu.Unlock() }
+
+func newTestFollower(t *testing.T, cfg FollowConfig) *Follower {
+	t.Helper()
+	f, err := NewFollower(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+		if _, err := os.Stat(FollowWork(f.Target())); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("work directory left behind: %v", err)
+		}
+	})
+	return f
+}
+
+// TestFollowerSyncInBatches: each Sync loads at most Batch events, says
+// whether the source is still ahead, confirms every new position once,
+// and tells the metrics about every event with its time at the source.
+func TestFollowerSyncInBatches(t *testing.T) {
+	s := opsSource(t)
+	last := uint64(len(s.ev.events))
+	src, m := newFollowFake(s), &recordMetrics{}
+	target := t.TempDir() + "/rep"
+	f := newTestFollower(t, FollowConfig{Source: src, Target: target, Batch: 8, Metrics: m})
+	for _, want := range []struct {
+		at   uint64
+		more bool
+	}{{8, true}, {16, true}, {last, false}, {last, false}} {
+		more, err := f.Sync(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := lastID(t, target); got != want.at || more != want.more {
+			t.Fatalf("after a round: target at %d (more %v), want %d (more %v)", got, more, want.at, want.more)
+		}
+		checkTarget(t, s, target, want.at)
+	}
+	if want := []uint64{0, 8, 16, last}; !slices.Equal(src.confirms, want) {
+		t.Errorf("confirmed positions %v, want %v", src.confirms, want)
+	}
+	var ids []uint64
+	for id := uint64(1); id <= last; id++ {
+		ids = append(ids, id)
+	}
+	if !slices.Equal(m.applied, ids) || m.untimed != 0 || m.source != last || m.files == 0 || m.bytes == 0 {
+		t.Errorf("metrics: %+v", m)
+	}
+}
+
+// TestFollowerRunRetries: a failed round is retried (the status file and
+// a line say so) until it succeeds; an error Classify says Stop to ends
+// Run with it.
+func TestFollowerRunRetries(t *testing.T) {
+	s := opsSource(t)
+	last := uint64(len(s.ev.events))
+	errAway, errLost := errors.New("source away"), errors.New("source lost the target")
+	src, m := newFollowFake(s), &recordMetrics{}
+	src.confirmErrs = []error{errAway, errAway}
+	var mu sync.Mutex
+	var lines []string
+	target := t.TempDir() + "/rep"
+	classify := func(err error) Verdict {
+		if errors.Is(err, errLost) {
+			return Stop
+		}
+		return Retry
+	}
+	f := newTestFollower(t, FollowConfig{
+		Source: src, Addr: "src:1", Target: target, Interval: 20 * time.Millisecond, Metrics: m, Classify: classify,
+		Logf: func(format string, args ...any) {
+			mu.Lock()
+			defer mu.Unlock()
+			lines = append(lines, fmt.Sprintf(format, args...))
+		},
+	})
+	st, ok, err := ReadFollowStatus(target)
+	if err != nil || !ok || st.State != FollowFollowing || st.PID != os.Getpid() || !st.Running || st.Source != "src:1" {
+		t.Fatalf("status before running: %+v, %v, %v", st, ok, err)
+	}
+	logged := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(lines)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	following := func() bool {
+		st, _, _ := ReadFollowStatus(target)
+		return st.State == FollowFollowing && st.Failures == 0
+	}
+	for lastID(t, target) != last || !strings.Contains(strings.Join(logged(), "\n"), "succeeded after") || !following() {
+		if time.Now().After(deadline) {
+			t.Fatalf("target at %d after 20s (want %d); lines: %q", lastID(t, target), last, logged())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	all := strings.Join(logged(), "\n")
+	if !strings.Contains(all, "source away; retrying in") || !strings.Contains(all, "failure 2 in a row") ||
+		!strings.Contains(all, fmt.Sprintf("a round succeeded after 2 failed; target at event %d", last)) {
+		t.Errorf("lines:\n%s", all)
+	}
+	m.mu.Lock()
+	failed := slices.Clone(m.failed)
+	m.mu.Unlock()
+	if !slices.Equal(failed, []int{1, 2}) {
+		t.Errorf("metrics: failed %v, want [1 2]", failed)
+	}
+	if st, _, _ := ReadFollowStatus(target); st.State != FollowFollowing || st.Failures != 0 {
+		t.Errorf("status after recovering: %+v", st)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+
+	// The source can no longer serve the target: Run ends with that.
+	src = newFollowFake(s)
+	src.confirmErrs = []error{errLost}
+	f = newTestFollower(t, FollowConfig{Source: src, Target: t.TempDir() + "/rep", Classify: classify})
+	if err := f.Run(context.Background()); !errors.Is(err, errLost) {
+		t.Fatalf("Run: got %v, want %v", err, errLost)
+	}
+}
+
+// TestFollowerHoldsTarget: a Follower holds its target from NewFollower
+// to Close: a Load or a second Follower is refused meanwhile.
+func TestFollowerHoldsTarget(t *testing.T) {
+	s := opsSource(t)
+	target := t.TempDir() + "/rep"
+	f, err := NewFollower(context.Background(), FollowConfig{Source: newFollowFake(s), Target: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dump := mustDump(t, s, 1, uint64(len(s.ev.events)))
+	if _, err := Load(context.Background(), dump, target, s.fetcher(), LoadOptions{}); !errors.Is(err, ErrTargetBusy) {
+		t.Fatalf("Load while following: got %v, want ErrTargetBusy", err)
+	}
+	if _, err := NewFollower(context.Background(), FollowConfig{Source: newFollowFake(s), Target: target}); !errors.Is(err, ErrTargetBusy) {
+		t.Fatalf("a second follower: got %v, want ErrTargetBusy", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mustLoad(t, dump, target, s.fetcher())
+}
