@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 )
 
 // replicate is the Supervisor's ReplicateFunc: it copies t.Container to
@@ -29,6 +31,13 @@ func (s *Server) replicate(ctx context.Context, t Task) (Result, error) {
 			r, err = s.push(ctx, c, t)
 		}
 		res.Descriptor, res.Bytes = r.Descriptor, r.Bytes
+		if s.clientTLS != nil && retryable(err) {
+			// A certificate refused in TLS 1.3 can look like a broken
+			// pipe; it is refused again however often it is retried.
+			if perr := tlsconfig.Probe(ctx, t.Target, s.clientTLS); perr != nil {
+				return fmt.Errorf("%w: %w", perr, ErrUnauthenticated)
+			}
+		}
 		return err
 	})
 	if err != nil {
