@@ -27,7 +27,7 @@ type followOptions struct {
 	metrics  string
 	slot     string
 	noSlot   bool
-	tls      tlsFlags
+	creds    credFlags
 }
 
 func newFollowCmd(g *globalOptions) *cobra.Command {
@@ -85,7 +85,7 @@ alone).`,
 	f.StringVar(&opts.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (default: off)")
 	f.StringVar(&opts.slot, "slot", "", "the replication slot's `NAME` on the source (default: HOST:TARGET)")
 	f.BoolVar(&opts.noSlot, "no-slot", false, "follow without a replication slot")
-	opts.tls.register(f, "client")
+	opts.creds.register(f, "client", "")
 	return cmd
 }
 
@@ -114,6 +114,13 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	if opts.noSlot && opts.slot != "" {
 		return errors.New("give --slot NAME or --no-slot, not both")
 	}
+	// Before the target is touched: a client without a credential is
+	// refused up front.
+	client, err := dialSource(ctx, opts.source, opts.creds)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
 	target, err := makeDirectory("target", opts.target)
 	if err != nil {
 		return err
@@ -145,12 +152,6 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 		return fmt.Errorf("work directory: %w", err)
 	}
 	defer os.RemoveAll(work)
-
-	client, err := dialSource(ctx, opts.source, opts.tls)
-	if err != nil {
-		return err
-	}
-	defer client.Close()
 
 	f := &follower{
 		g: g, addr: opts.source, client: client, target: target, work: work, slot: slotName,
@@ -233,8 +234,8 @@ type follower struct {
 // else when woken or every interval. A failed round is retried with
 // backoff: follow is a daemon, and the target stays at the last event
 // applied, so a retry is always safe. Only a target the source can no
-// longer serve (source.ErrLost: the originals it needs are gone) ends it,
-// with that error.
+// longer serve (source.ErrLost: the originals it needs are gone), or a
+// source that refuses this client's credential, ends it, with that error.
 func (f *follower) loop(ctx context.Context, interval time.Duration, wake <-chan struct{}) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -246,6 +247,9 @@ func (f *follower) loop(ctx context.Context, interval time.Duration, wake <-chan
 		}
 		if errors.Is(err, source.ErrLost) {
 			return err
+		}
+		if errors.Is(err, source.ErrUnauthenticated) { // refused again on every retry
+			return fmt.Errorf("--source %s: %w", f.addr, err)
 		}
 		if err != nil {
 			b.Max = maxBackoff

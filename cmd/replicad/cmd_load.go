@@ -19,7 +19,7 @@ type loadOptions struct {
 	source      string
 	sourceState string
 	json        bool
-	tls         tlsFlags
+	creds       credFlags
 }
 
 func newLoadCmd(g *globalOptions) *cobra.Command {
@@ -56,7 +56,7 @@ bar is drawn on stderr.`,
 	f.StringVar(&opts.source, "source", "", "`ADDR` of the source's 'replicad serve'")
 	f.StringVar(&opts.sourceState, "source-state", "", "state `DIR` of the source mount, on this machine")
 	f.BoolVar(&opts.json, "json", false, "print one JSON object")
-	opts.tls.register(f, "client")
+	opts.creds.register(f, "client", "")
 	return cmd
 }
 
@@ -95,7 +95,7 @@ func runLoad(ctx context.Context, g *globalOptions, opts loadOptions, _ []string
 
 	var fetch repl.Fetcher
 	if opts.source != "" {
-		c, err := dialSource(ctx, opts.source, opts.tls)
+		c, err := dialSource(ctx, opts.source, opts.creds)
 		if err != nil {
 			return err
 		}
