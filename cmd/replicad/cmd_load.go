@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cmfs-project/cmfs/repl"
+	"github.com/cmfs-project/cmfs/source"
 )
 
 type loadOptions struct {
@@ -100,6 +101,11 @@ func runLoad(ctx context.Context, g *globalOptions, opts loadOptions, _ []string
 			return err
 		}
 		defer c.Close()
+		// A server that refuses this client says so before the target
+		// is touched (a source that is away is the first fetch's error).
+		if _, err := c.Status(ctx); errors.Is(err, source.ErrUnauthenticated) {
+			return fmt.Errorf("--source %s: %w", opts.source, err)
+		}
 		fetch = c
 	} else {
 		m, err := resolveMount(opts.sourceState, "")
