@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/cmfs-project/cmfs/cmroot"
-	"github.com/cmfs-project/cmfs/internal/auth"
 	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
