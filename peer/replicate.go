@@ -35,7 +35,7 @@ func (s *Server) replicate(ctx context.Context, t Task) (Result, error) {
 			// A certificate refused in TLS 1.3 can look like a broken
 			// pipe; it is refused again however often it is retried.
 			if perr := tlsconfig.Probe(ctx, t.Target, s.clientTLS); perr != nil {
-				return fmt.Errorf("%w: %w", perr, ErrUnauthenticated)
+				return refusal{perr}
 			}
 		}
 		return err
@@ -109,3 +109,10 @@ func (c countWriter) Write(p []byte) (int, error) {
 	c.c.Add(float64(n))
 	return n, err
 }
+
+// refusal is a certificate refusal found by a probe: ErrUnauthenticated,
+// in the probe's words.
+type refusal struct{ err error }
+
+func (r refusal) Error() string   { return r.err.Error() }
+func (r refusal) Unwrap() []error { return []error{r.err, ErrUnauthenticated} }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/internal/cli"
+	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/peer"
 )
 
@@ -80,6 +81,13 @@ func (o *containerOptions) dial(ctx context.Context) (*peer.Client, error) {
 func (o *containerOptions) nodeError(what string, err error) error {
 	msg := grpcDial.ReplaceAllString(err.Error(), "cannot connect: $1")
 	msg = grpcConn.ReplaceAllString(msg, "cannot connect: $1")
+	// A node's own message (what "") may tell of a peer refusing the
+	// node; otherwise the refused certificate is this client's.
+	if what != "" && errors.Is(err, peer.ErrUnauthenticated) && o.creds.config().Enabled() && tlsconfig.Refused(err) {
+		msg = strings.TrimPrefix(msg, "cannot connect: ")
+		msg = fmt.Sprintf("%s: %s refused this certificate: %s (is it signed by the node's --tls-ca, named by its --tls-allow?)", what, o.server, msg)
+		return &wrapped{msg: msg, err: err}
+	}
 	if rest, ok := strings.CutPrefix(msg, "cannot connect: "); ok && errors.Is(err, peer.ErrUnavailable) {
 		msg = fmt.Sprintf("cannot reach %s: %s", o.server, rest)
 		switch {
