@@ -69,7 +69,8 @@ the source how far the target got. A target that fell behind what the
 source kept (no slot, or past --retain-max) is refused with one line
 naming the first event it can no longer reproduce and how to bootstrap it
 again, and following ends there (exit 1): no retry can bring those
-originals back. --no-slot follows without a slot (the source's retention
+originals back. So does a source that refuses this client's credential
+(--token-file, or the certificate). --no-slot follows without a slot (the source's retention
 alone).`,
 		Example: `  replicad follow --source 127.0.0.1:9860 --target /replica
   replicad follow --source 127.0.0.1:9860 --target /replica --metrics 127.0.0.1:9861`,
