@@ -8,7 +8,25 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/cmfs-project/cmfs/internal/auth"
 )
+
+// TokenEnv names replicad's token file when --token-file is not given.
+const TokenEnv = "REPLICAD_TOKEN_FILE"
+
+// UseToken creates a token file in dir and names it in this process's
+// environment, so that every replicad serve and client a run starts
+// shares it, as the nodes on one host do. It returns the token, for the
+// clients and servers a run makes in process.
+func UseToken(dir string) (string, error) {
+	path := filepath.Join(dir, auth.FileName)
+	tok, err := auth.File(path)
+	if err != nil {
+		return "", err
+	}
+	return tok, os.Setenv(TokenEnv, path)
+}
 
 // What the benchmark programs (cmd/cmfsbench, cmd/replbench) share to set
 // themselves up.

@@ -9,7 +9,9 @@
 // keeping what the replication slots of package slot still need, up to a
 // retain-max).
 //
-// The socket is created mode 0600: only the mount's owner may talk to it.
+// The socket is created mode 0600, and a connection is accepted only from
+// a process of the mount's uid or root (SO_PEERCRED), whatever the mode
+// between bind and chmod: only the mount's owner may talk to it.
 // Errors cross the wire as gRPC status codes, translated in one place on
 // each side (toStatus in the server, fromStatus in the client).
 package control

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
 	"github.com/cmfs-project/cmfs/api/controlpb"
@@ -75,6 +76,9 @@ func (s *Server) Serve(ctx context.Context, socketPath string) error {
 		lis.Close()
 		return fmt.Errorf("chmod %s: %w", socketPath, err)
 	}
+	// The mode is set after bind, and the state directory's may be
+	// anything: the peer's uid is what decides.
+	lis = peerListener{lis.(*net.UnixListener)}
 	srv := grpc.NewServer()
 	controlpb.RegisterControlServer(srv, s)
 
@@ -100,6 +104,37 @@ func (s *Server) Serve(ctx context.Context, socketPath string) error {
 	}
 	<-errc
 	return nil
+}
+
+// peerListener accepts only connections whose peer (SO_PEERCRED) runs as
+// this process's uid or as root; others are closed unanswered.
+type peerListener struct{ *net.UnixListener }
+
+func (l peerListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			return nil, err
+		}
+		if uid, ok := peerUID(c); ok && (uid == 0 || uid == os.Getuid()) {
+			return c, nil
+		}
+		c.Close()
+	}
+}
+
+// peerUID is the uid of the process at the other end of c.
+func peerUID(c *net.UnixConn) (int, bool) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || cerr != nil {
+		return 0, false
+	}
+	return int(cred.Uid), true
 }
 
 // removeStale removes a socket file nothing listens on any more.

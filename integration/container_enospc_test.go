@@ -68,6 +68,6 @@ func TestContainerCloseFullVolume(t *testing.T) {
 		t.Errorf("after a restart: %+v, want CLOSED with 2 blocks", c)
 	}
 	n.checkBlocks(t, files...)
-	n.stop(t) // its process is killed in cleanup anyway, before the unmount
+	n.stop(t)              // its process is killed in cleanup anyway, before the unmount
 	checkClean(t, vol, id) // the failed writes left no temporary file
 }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
@@ -20,6 +21,9 @@ import (
 	"github.com/Shopify/toxiproxy/v2/stream"
 	"github.com/Shopify/toxiproxy/v2/toxics"
 	"github.com/rs/zerolog"
+
+	"github.com/cmfs-project/cmfs/internal/auth"
+	"github.com/cmfs-project/cmfs/peer"
 )
 
 // The container tests run `replicad serve --volume` nodes as real
@@ -140,6 +144,25 @@ func (n *replNode) kill9(t testing.TB) {
 func (n *replNode) restart(t testing.TB) {
 	t.Helper()
 	n.start(t)
+}
+
+// dialNode is a raw client of a node without TLS, with the tests' token.
+func dialNode(ctx context.Context, addr string) (*peer.Client, error) {
+	tok, err := auth.Read(os.Getenv(tokenEnv))
+	if err != nil {
+		return nil, err
+	}
+	return peer.Dial(ctx, addr, peer.WithToken(tok))
+}
+
+// testToken is the token every replicad of the tests serves with.
+func testToken(t testing.TB) string {
+	t.Helper()
+	tok, err := auth.Read(os.Getenv(tokenEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }
 
 // run runs `replicad container <sub> --server <node> args...`.

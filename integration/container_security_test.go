@@ -87,7 +87,7 @@ func packTar(t testing.TB, es []tarEntry) []byte {
 func pushTar(t testing.TB, n *replNode, id string, size int64, tarball []byte) (peer.ImportResult, error) {
 	t.Helper()
 	ctx := context.Background()
-	c, err := peer.Dial(ctx, n.Addr)
+	c, err := dialNode(ctx, n.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestContainerConcurrentImports(t *testing.T) {
 	es, size := download(t, a, id)
 	tarball := packTar(t, es)
 	ctx := context.Background()
-	c, err := peer.Dial(ctx, b.Addr)
+	c, err := dialNode(ctx, b.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,9 +321,9 @@ func TestContainerTLS(t *testing.T) {
 	}
 	expectReplicadRefusal(t, []string{"container", "list", "(no TLS)"}, list(), "cannot reach "+b.Addr, "give --tls-cert")
 	expectReplicadRefusal(t, []string{"container", "list", "(certificate of another CA)"}, list(tlsFlags(rogueCA.Issue(t, dir, "intruder"), both)...),
-		"cannot reach "+b.Addr, "refuse this certificate")
+		b.Addr+" refused this certificate", "--tls-ca")
 	expectReplicadRefusal(t, []string{"container", "list", "(not on the allow-list)"}, list(tlsFlags(ca.Issue(t, dir, "c-admin"), caFile)...),
-		"cannot reach "+b.Addr, "refuse this certificate")
+		b.Addr+" refused this certificate", "--tls-allow")
 
 	// Peers: the rogue node, and c (valid, but not on b's allow-list).
 	for _, src := range []*replNode{rogue, c} {

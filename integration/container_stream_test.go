@@ -16,7 +16,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/api/containerpb"
 	"github.com/cmfs-project/cmfs/container"
-	"github.com/cmfs-project/cmfs/peer"
+	"github.com/cmfs-project/cmfs/internal/auth"
 )
 
 // rawTarball returns container id's uncompressed tarball from node n (a
@@ -24,7 +24,7 @@ import (
 func rawTarball(t testing.TB, n *replNode, id string) ([]byte, int64) {
 	t.Helper()
 	ctx := context.Background()
-	c, err := peer.Dial(ctx, n.Addr)
+	c, err := dialNode(ctx, n.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,8 @@ func TestContainerStalledPush(t *testing.T) {
 			b := startNode(t, "b", "--volume", vol, "--stream-idle-timeout", idle.String())
 			defer b.stop(t) // before the cleanup unmounts its volume
 
-			conn, err := grpc.NewClient(b.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			conn, err := grpc.NewClient(b.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithPerRPCCredentials(auth.Credentials(testToken(t))))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -80,8 +81,20 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer reapLeftovers()
+	// Every replicad serve and client the tests start shares one token
+	// file, as the nodes on one host do; a test of the credentials
+	// themselves gives its own (see TestReplicadAuth).
+	tokenFile := filepath.Join(dir, auth.FileName)
+	if _, err := auth.File(tokenFile); err != nil {
+		fmt.Fprintln(os.Stderr, "integration:", err)
+		return 1
+	}
+	os.Setenv(tokenEnv, tokenFile)
 	return m.Run()
 }
+
+// tokenEnv names replicad's token file when --token-file is not given.
+const tokenEnv = "REPLICAD_TOKEN_FILE"
 
 // live holds the mount points the tests made that are not unmounted yet,
 // so that TestMain can detach whatever a test left behind.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/api/containerpb"
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 )
 
@@ -35,11 +36,16 @@ type Client struct {
 type Option func(*dialOptions)
 
 type dialOptions struct {
-	tls *tls.Config
+	tls   *tls.Config
+	token string
 }
 
 // WithTLS makes Dial use cfg (tlsconfig.Client); nil: no TLS.
 func WithTLS(cfg *tls.Config) Option { return func(o *dialOptions) { o.tls = cfg } }
+
+// WithToken makes every call carry token, the node's (internal/auth): how
+// a client on the node's host authenticates without TLS.
+func WithToken(token string) Option { return func(o *dialOptions) { o.token = token } }
 
 // Dial returns a client of the node at addr. Without WithTLS, addr must be
 // a loopback address. It does not wait for the connection: an unreachable
@@ -58,11 +64,18 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	} else if err := tlsconfig.CheckLoopback(ctx, "connect to", addr); err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(addr,
+	dopts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: clientPing, Timeout: 20 * time.Second}),
 		experimental.WithBufferPool(buffers),
-	)
+	}
+	if o.token != "" {
+		dopts = append(dopts, grpc.WithPerRPCCredentials(auth.Credentials(o.token)))
+	}
+	if o.tls != nil {
+		dopts = append(dopts, grpc.WithUnaryInterceptor(auth.ProbeRefusal(addr, o.tls)))
+	}
+	conn, err := grpc.NewClient(addr, dopts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}

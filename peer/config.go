@@ -33,6 +33,10 @@ type Config struct {
 	// TLS names the node's certificate, key and CA. Zero: no TLS, and
 	// only loopback addresses are served and dialed.
 	TLS tlsconfig.Config
+	// Token, without TLS, is what every call to the node must carry, and
+	// what the node sends to the peers it dials (internal/auth): nodes on
+	// one host share one token. A node needs TLS or a token.
+	Token string
 	// Pull makes the node replicate in pull mode (the target downloads)
 	// when a Replicate request leaves the mode to it (NodeDefault):
 	// `replicad serve --push=false`.

@@ -7,8 +7,14 @@
 // A Server wraps the node's container store (a *container.Store, through
 // the Store interface) and serves the Container service. With
 // Config.TLS set it speaks mutual TLS 1.3 (internal/tlsconfig) to clients
-// and to the peers it dials; without, it listens on, and dials, loopback
-// addresses only (tlsconfig.ErrInsecure).
+// and to the peers it dials, and the certificate is the credential;
+// without, it listens on, and dials, loopback addresses only
+// (tlsconfig.ErrInsecure), and every call, unary or streaming, must carry
+// Config.Token (internal/auth; the client's WithToken), which the node
+// also sends to the peers it dials. A refused token or certificate is
+// ErrUnauthenticated and never retried; a certificate refusal that TLS
+// 1.3 shows as a broken pipe is found by a probe (tlsconfig.Probe). The
+// server has the Source service's flow-control windows (internal/window).
 //
 // # Replication
 //

@@ -2,11 +2,11 @@ package peer
 
 import (
 	"errors"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/rpcerr"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 )
@@ -25,6 +25,10 @@ var (
 	// ErrClosed is returned for a task submitted to a Supervisor that has
 	// stopped.
 	ErrClosed = errors.New("peer: supervisor stopped")
+	// ErrUnauthenticated is wrapped when a node refused the client's
+	// credential: no token or a wrong one (WithToken), or a certificate
+	// refused in the TLS handshake. Replication does not retry it.
+	ErrUnauthenticated = auth.ErrUnauthenticated
 )
 
 // errorCodes is how errors travel. Where sentinels share a code, the
@@ -44,6 +48,7 @@ var errorCodes = rpcerr.Map{
 	{Err: ErrUnavailable, Code: codes.Unavailable},
 	{Err: container.ErrClosed, Code: codes.Unavailable},
 	{Err: ErrClosed, Code: codes.Unavailable},
+	{Err: auth.ErrUnauthenticated, Code: codes.Unauthenticated},
 }
 
 // blockCodes is errorCodes for Get, whose NotFound means the block.
@@ -62,31 +67,5 @@ func fromStatus(err error) error { return errorCodes.FromStatus(err) }
 // last attempt. A peer that refused this node's certificate (or whose
 // certificate this node refused) will do so again.
 func retryable(err error) bool {
-	return (errors.Is(err, ErrUnavailable) && !refusedTLS(err)) || errors.Is(err, container.ErrImporting)
-}
-
-// tlsRefusals are what a connection error says when a TLS handshake
-// failed on a certificate: the alerts a peer sends (Go's wording), and
-// this side's own verdicts. gRPC carries them as text only.
-var tlsRefusals = []string{
-	"remote error: tls: bad certificate",
-	"remote error: tls: unknown certificate",
-	"remote error: tls: certificate required",
-	"remote error: tls: unsupported certificate",
-	"remote error: tls: certificate revoked",
-	"remote error: tls: certificate expired",
-	"remote error: tls: access denied",
-	"tls: failed to verify certificate",
-	tlsconfig.ErrNotAllowed.Error(),
-}
-
-// refusedTLS says whether err is a handshake refused on a certificate.
-func refusedTLS(err error) bool {
-	msg := err.Error()
-	for _, r := range tlsRefusals {
-		if strings.Contains(msg, r) {
-			return true
-		}
-	}
-	return false
+	return (errors.Is(err, ErrUnavailable) && !tlsconfig.Refused(err)) || errors.Is(err, container.ErrImporting)
 }

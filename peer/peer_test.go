@@ -46,9 +46,18 @@ func startNodeWith(t *testing.T, store *fakeStore, cfg Config, setup func(*Serve
 	return n
 }
 
-// serve serves st on a free loopback port until the test ends.
+// testToken is the token of the test nodes without TLS.
+const testToken = "0123456789abcdef0123456789abcdef"
+
+// serve serves st on a free loopback port until the test ends. A node
+// without TLS gets testToken, and the client sends it (harmless with TLS:
+// opts can override).
 func serve(t testing.TB, st Store, cfg Config, setup func(*Server), opts ...Option) *node {
 	t.Helper()
+	if !cfg.TLS.Enabled() && cfg.Token == "" {
+		cfg.Token = testToken
+	}
+	opts = append([]Option{WithToken(testToken)}, opts...)
 	srv, err := NewServer(st, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -420,7 +429,7 @@ var _ grpc.ServiceRegistrar = (*Server)(nil)
 
 func TestInsecureRefused(t *testing.T) {
 	ctx := context.Background()
-	srv, err := NewServer(newFakeStore(), Config{})
+	srv, err := NewServer(newFakeStore(), Config{Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 )
 
 // replicate is the Supervisor's ReplicateFunc: it copies t.Container to
@@ -34,6 +36,13 @@ func (s *Server) replicate(ctx context.Context, t Task) (Result, error) {
 			r, err = s.push(ctx, c, t)
 		}
 		res.Descriptor, res.Bytes = r.Descriptor, r.Bytes
+		if s.clientTLS != nil && retryable(err) {
+			// A certificate refused in TLS 1.3 can look like a broken
+			// pipe; it is refused again however often it is retried.
+			if perr := tlsconfig.Probe(ctx, t.Target, s.clientTLS); perr != nil {
+				return refusal{perr}
+			}
+		}
 		return err
 	})
 	if err != nil {
@@ -105,3 +114,10 @@ func (c countWriter) Write(p []byte) (int, error) {
 	c.c.Add(float64(n))
 	return n, err
 }
+
+// refusal is a certificate refusal found by a probe: ErrUnauthenticated,
+// in the probe's words.
+type refusal struct{ err error }
+
+func (r refusal) Error() string   { return r.err.Error() }
+func (r refusal) Unwrap() []error { return []error{r.err, ErrUnauthenticated} }

@@ -21,8 +21,10 @@ import (
 
 	"github.com/cmfs-project/cmfs/api/containerpb"
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/bufpool"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
+	"github.com/cmfs-project/cmfs/internal/window"
 )
 
 // buffers is the gRPC buffer pool of the package's servers and clients:
@@ -51,12 +53,15 @@ type Server struct {
 // NewServer returns a server of store with cfg's defaults filled in and,
 // with cfg.TLS, the certificates loaded.
 //
-// Errors: ErrInvalid (wrapped) for a negative setting; tlsconfig's
-// (ErrIncomplete, ErrFile) for the TLS files.
+// Errors: ErrInvalid (wrapped) for a negative setting, or neither TLS
+// nor a token; tlsconfig's (ErrIncomplete, ErrFile) for the TLS files.
 func NewServer(store Store, cfg Config) (*Server, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if !cfg.TLS.Enabled() && cfg.Token == "" {
+		return nil, fmt.Errorf("peer: neither TLS nor a token: every client must be authenticated: %w", ErrInvalid)
 	}
 	s := &Server{store: store, cfg: cfg, lim: newLimiter(cfg.Bandwidth)}
 	creds := insecure.NewCredentials()
@@ -76,11 +81,15 @@ func NewServer(store Store, cfg Config) (*Server, error) {
 	if s.sup, err = NewSupervisor(cfg, s.replicate); err != nil {
 		return nil, err
 	}
-	s.srv = grpc.NewServer(grpc.Creds(creds),
+	opts := append(window.Server(), grpc.Creds(creds),
 		// Clients ping idle connections (Dial): allow it.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: clientPing / 2, PermitWithoutStream: true}),
 		experimental.BufferPool(buffers),
 	)
+	if s.clientTLS == nil {
+		opts = append(opts, auth.ServerOptions(cfg.Token)...)
+	}
+	s.srv = grpc.NewServer(opts...)
 	containerpb.RegisterContainerServer(s.srv, s)
 	return s, nil
 }
@@ -180,9 +189,13 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 	return s.Serve(ctx, lis)
 }
 
-// dial connects to a peer with the node's TLS configuration.
+// dial connects to a peer with the node's credential: its certificate,
+// else its token.
 func (s *Server) dial(ctx context.Context, addr string) (*Client, error) {
-	return Dial(ctx, addr, WithTLS(s.clientTLS))
+	if s.clientTLS != nil {
+		return Dial(ctx, addr, WithTLS(s.clientTLS))
+	}
+	return Dial(ctx, addr, WithToken(s.cfg.Token))
 }
 
 func (s *Server) Put(stream containerpb.Container_PutServer) error {
@@ -520,13 +533,16 @@ func (s *Server) Fetch(ctx context.Context, req *containerpb.FetchRequest) (*con
 		if first == nil {
 			first = err
 		}
-		lasting = lasting && (errors.Is(err, container.ErrNotFound) || errors.Is(err, container.ErrNotClosed))
+		lasting = lasting && (errors.Is(err, container.ErrNotFound) || errors.Is(err, container.ErrNotClosed) || errors.Is(err, ErrUnauthenticated))
 	}
 	cause := ErrUnavailable
 	switch {
-	// No source has the container to give: asking again will not help.
+	// No source has the container to give, or will let this node in:
+	// asking again will not help.
 	case lasting && errors.Is(first, container.ErrNotFound):
 		cause = container.ErrNotFound
+	case lasting && errors.Is(first, ErrUnauthenticated):
+		cause = ErrUnauthenticated
 	case lasting:
 		cause = container.ErrNotClosed
 	}

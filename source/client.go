@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/experimental"
 
 	"github.com/cmfs-project/cmfs/api/replpb"
+	"github.com/cmfs-project/cmfs/internal/auth"
+	"github.com/cmfs-project/cmfs/internal/window"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -36,6 +38,7 @@ type Client struct {
 	spoolMemory int64
 	streaming   bool
 	tls         *tls.Config
+	token       string
 
 	bytes   atomic.Int64
 	files   atomic.Int64
@@ -64,6 +67,10 @@ func WithStreaming() Option { return func(c *Client) { c.streaming = true } }
 // --tls-* flags.
 func WithTLS(cfg *tls.Config) Option { return func(c *Client) { c.tls = cfg } }
 
+// WithToken makes every call carry token, the server's (internal/auth):
+// how a client on the server's host authenticates without TLS.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
 // Dial returns a client for the Source service at addr, which must be a
 // loopback address unless WithTLS is given. It does not wait for the
 // connection: an unreachable server shows at the first call.
@@ -80,13 +87,19 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	} else if err := checkLoopback(ctx, "connect to", addr); err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(addr,
+	dopts := append(window.Dial(),
 		grpc.WithTransportCredentials(creds),
 		// An event of an rm -r names every file it preserved.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)),
-		grpc.WithInitialWindowSize(streamWindow), grpc.WithInitialConnWindowSize(connWindow),
 		experimental.WithBufferPool(buffers),
 	)
+	if c.token != "" {
+		dopts = append(dopts, grpc.WithPerRPCCredentials(auth.Credentials(c.token)))
+	}
+	if c.tls != nil {
+		dopts = append(dopts, grpc.WithUnaryInterceptor(auth.ProbeRefusal(addr, c.tls)))
+	}
+	conn, err := grpc.NewClient(addr, dopts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}

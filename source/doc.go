@@ -71,7 +71,11 @@
 // # Transport
 //
 // Without TLS the service binds, and the client connects to, loopback
-// addresses only (ErrInsecure); mTLS comes with the containers issue.
+// addresses only (ErrInsecure), and every call must carry the server's
+// token (Config.Token, the client's WithToken; internal/auth): Serve
+// refuses to start without one. With TLS — the service registered on a
+// peer.Server node — the client certificate is the credential. A refused
+// credential is ErrUnauthenticated.
 // Errors cross the wire as gRPC status codes, translated in one place on
 // each side (toStatus, fromStatus), so errors.Is works on the client with
 // the sentinels below.

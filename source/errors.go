@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/rpcerr"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
@@ -39,6 +40,10 @@ var (
 	// ErrInsecure is wrapped when ListenAndServe or Dial is given a
 	// non-loopback address: without TLS only loopback is allowed.
 	ErrInsecure = errors.New("source: non-loopback address without TLS")
+	// ErrUnauthenticated is wrapped when the server refused the client's
+	// credential: no token or a wrong one (WithToken), or a certificate
+	// refused in the TLS handshake. Asking again will not help.
+	ErrUnauthenticated = auth.ErrUnauthenticated
 )
 
 // errChanged: a live file held other bytes than asked for, found at the
@@ -74,6 +79,7 @@ var errorCodes = rpcerr.Map{
 	{Err: ErrUnavailable, Code: codes.Unavailable},
 	{Err: journal.ErrLocked, Code: codes.Unavailable},
 	{Err: journal.ErrClosed, Code: codes.Unavailable},
+	{Err: auth.ErrUnauthenticated, Code: codes.Unauthenticated},
 }
 
 // toStatus translates an error into the gRPC status the client sees. It

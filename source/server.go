@@ -17,22 +17,14 @@ import (
 
 	"github.com/cmfs-project/cmfs/api/replpb"
 	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/bufpool"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
+	"github.com/cmfs-project/cmfs/internal/window"
 )
 
 // DefaultAddr is where `replicad serve` listens unless told otherwise.
 const DefaultAddr = "127.0.0.1:9860"
-
-// Flow-control windows of a connection and of each stream on it, both
-// ways: large enough that a load fetching several 1 MiB chunks at once
-// never waits for a window update on loopback or a LAN (gRPC's default of
-// 64 KiB, grown by its estimator, keeps a bulk stream well below what the
-// disks do).
-const (
-	streamWindow = 8 << 20
-	connWindow   = 32 << 20
-)
 
 // buffers is the gRPC buffer pool of the package's servers and clients:
 // one that does not zero the megabytes of file data going through it.
@@ -51,6 +43,11 @@ type Config struct {
 	// SourceID names the source in Status (and so in dumps). Default:
 	// "<hostname>:<Backing>".
 	SourceID string
+	// Token is what every call to Serve's server must carry (the
+	// client's WithToken; see internal/auth). Serve refuses to start
+	// without one. A Server registered on another (Register) is behind
+	// that server's checks instead.
+	Token string
 }
 
 // Server is the Source service. It serves once: Serve or ListenAndServe.
@@ -121,8 +118,11 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("source: open warehouse root: %w", err)
 	}
 	s.life, s.end = context.WithCancel(context.Background())
-	s.srv = grpc.NewServer(grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(connWindow),
-		experimental.BufferPool(buffers))
+	opts := append(window.Server(), experimental.BufferPool(buffers))
+	if cfg.Token != "" {
+		opts = append(opts, auth.ServerOptions(cfg.Token)...)
+	}
+	s.srv = grpc.NewServer(opts...)
 	replpb.RegisterSourceServer(s.srv, s)
 	return s, nil
 }
@@ -165,9 +165,15 @@ func realPath(p string) (string, error) {
 
 // Serve serves on lis until ctx ends, then stops (following streams end,
 // other calls get a few seconds to finish) and returns nil. It closes lis.
+//
+// Errors: ErrInvalid (wrapped) without Config.Token; the listener's.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	defer s.root.Close()
 	defer s.end()
+	if s.cfg.Token == "" {
+		lis.Close()
+		return fmt.Errorf("source: no token (Config.Token): every client must be authenticated: %w", ErrInvalid)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(lis) }()
 	select {

@@ -42,6 +42,9 @@ func newSource(t *testing.T, cfg Config) *testSource {
 	if err := os.MkdirAll(cfg.CMRoot, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if cfg.Token == "" {
+		cfg.Token = testToken
+	}
 	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +56,7 @@ func newSource(t *testing.T, cfg Config) *testSource {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis) }()
-	c, err := Dial(ctx, lis.Addr().String())
+	c, err := Dial(ctx, lis.Addr().String(), WithToken(cfg.Token))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +400,7 @@ func TestNonLoopbackRefused(t *testing.T) {
 
 func TestListenAndServe(t *testing.T) {
 	backing := t.TempDir()
-	srv, err := NewServer(Config{Backing: backing, State: t.TempDir(), SourceID: "src-1"})
+	srv, err := NewServer(Config{Backing: backing, State: t.TempDir(), SourceID: "src-1", Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +420,7 @@ func TestListenAndServe(t *testing.T) {
 			t.Errorf("ListenAndServe: %v", err)
 		}
 	})
-	c, err := Dial(ctx, addr)
+	c, err := Dial(ctx, addr, WithToken(testToken))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +475,7 @@ func TestFetchCMOnly(t *testing.T) {
 // name gets the original.
 func TestFetchStreaming(t *testing.T) {
 	s := newSource(t, Config{})
-	c, err := Dial(context.Background(), s.c.conn.Target(), WithStreaming())
+	c, err := Dial(context.Background(), s.c.conn.Target(), WithStreaming(), WithToken(testToken))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,5 +523,54 @@ func TestFetchRenamedAway(t *testing.T) {
 	// After the rename's own event there is nothing left to follow.
 	if _, err := s.c.Fetch(repl.WithEvent(context.Background(), 2), old); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("fetch after event 2: %v, want ErrNotFound", err)
+	}
+}
+
+// testToken is the token of the test servers.
+const testToken = "0123456789abcdef0123456789abcdef"
+
+func TestUnauthenticated(t *testing.T) {
+	s := newSource(t, Config{})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"no token", nil},
+		{"wrong token", []Option{WithToken("fedcba9876543210fedcba9876543210")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Dial(ctx, s.c.conn.Target(), tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.Status(ctx); !errors.Is(err, ErrUnauthenticated) {
+				t.Errorf("status: %v, want ErrUnauthenticated", err)
+			}
+			if err := c.Range(ctx, 1, 0, func(*journal.Event) error { return nil }); !errors.Is(err, ErrUnauthenticated) {
+				t.Errorf("events: %v, want ErrUnauthenticated", err)
+			}
+			if _, err := c.Fetch(ctx, journal.File{Path: "f", Size: 1, XXH64: journal.FormatSum(0)}); !errors.Is(err, ErrUnauthenticated) {
+				t.Errorf("fetch: %v, want ErrUnauthenticated", err)
+			}
+		})
+	}
+	if _, err := s.c.Status(ctx); err != nil {
+		t.Errorf("status with the token: %v", err)
+	}
+}
+
+func TestServeNeedsToken(t *testing.T) {
+	srv, err := NewServer(Config{Backing: t.TempDir(), State: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Serve(context.Background(), lis); !errors.Is(err, ErrInvalid) {
+		t.Errorf("serve without a token: %v, want ErrInvalid", err)
 	}
 }

@@ -21,7 +21,7 @@ import (
 // node to talk to, and the client's TLS.
 type containerOptions struct {
 	server string
-	tls    tlsFlags
+	creds  credFlags
 }
 
 func newContainerCmd(g *globalOptions) *cobra.Command {
@@ -40,13 +40,14 @@ RECOVERING and scans it, then marks it CLOSED or UNHEALTHY. Container ids
 are printed in decimal (as JSON strings with --json).
 
 Without --tls-cert, --tls-key and --tls-ca the server must be on a
-loopback address.`,
+loopback address, and the command must give --token-file: the file the
+node's 'replicad serve' prints, readable by the serving account only.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&opts.server, "server", "", "`ADDR` of the node ('replicad serve --listen')")
-	opts.tls.register(pf, "client")
+	opts.creds.register(pf, "client", "")
 	cmd.AddCommand(
 		newContainerPutCmd(g, opts),
 		newContainerCloseCmd(g, opts),
@@ -63,15 +64,14 @@ func (o *containerOptions) dial(ctx context.Context) (*peer.Client, error) {
 	if o.server == "" {
 		return nil, errors.New("which node? give --server ADDR")
 	}
-	var dopts []peer.Option
-	if tc := o.tls.config(); tc.Enabled() {
-		cfg, err := tlsconfig.Client(tc)
-		if err != nil {
-			return nil, err
-		}
-		dopts = append(dopts, peer.WithTLS(cfg))
+	cfg, token, err := o.creds.client(ctx, "--server", o.server)
+	if err != nil {
+		return nil, err
 	}
-	return peer.Dial(ctx, o.server, dopts...)
+	if cfg != nil {
+		return peer.Dial(ctx, o.server, peer.WithTLS(cfg))
+	}
+	return peer.Dial(ctx, o.server, peer.WithToken(token))
 }
 
 // nodeError says what failed on the node. A node this client cannot
@@ -81,11 +81,18 @@ func (o *containerOptions) dial(ctx context.Context) (*peer.Client, error) {
 func (o *containerOptions) nodeError(what string, err error) error {
 	msg := grpcDial.ReplaceAllString(err.Error(), "cannot connect: $1")
 	msg = grpcConn.ReplaceAllString(msg, "cannot connect: $1")
+	// A node's own message (what "") may tell of a peer refusing the
+	// node; otherwise the refused certificate is this client's.
+	if what != "" && errors.Is(err, peer.ErrUnauthenticated) && o.creds.config().Enabled() && tlsconfig.Refused(err) {
+		msg = strings.TrimPrefix(msg, "cannot connect: ")
+		msg = fmt.Sprintf("%s: %s refused this certificate: %s (is it signed by the node's --tls-ca, named by its --tls-allow?)", what, o.server, msg)
+		return &wrapped{msg: msg, err: err}
+	}
 	if rest, ok := strings.CutPrefix(msg, "cannot connect: "); ok && errors.Is(err, peer.ErrUnavailable) {
 		msg = fmt.Sprintf("cannot reach %s: %s", o.server, rest)
 		switch {
 		case strings.Contains(rest, "connection refused"):
-		case o.tls.config().Enabled():
+		case o.creds.config().Enabled():
 			// TLS 1.3 lets a refused client certificate show as a broken
 			// pipe or an EOF rather than the server's alert.
 			msg += " (the node may refuse this certificate: is it signed by the node's --tls-ca, named by its --tls-allow?)"

@@ -27,7 +27,7 @@ type followOptions struct {
 	slot     string
 	noSlot   bool
 	wait     time.Duration
-	tls      tlsFlags
+	creds    credFlags
 }
 
 func newFollowCmd(g *globalOptions) *cobra.Command {
@@ -69,8 +69,9 @@ the source how far the target got. A target that fell behind what the
 source kept (no slot, or past --retain-max) is refused with one line
 naming the first event it can no longer reproduce and how to bootstrap it
 again, and following ends there (exit 1): no retry can bring those
-originals back. --no-slot follows without a slot (the source's retention
-alone).
+originals back. So does a source that refuses this client's credential
+(--token-file, or the certificate). --no-slot follows without a slot (the
+source's retention alone).
 
 A target is loaded by one loader at a time: follow holds it for as long
 as it runs, and a 'replicad load' or another follow of it is refused with
@@ -92,7 +93,7 @@ long for it first.`,
 	f.StringVar(&opts.slot, "slot", "", "the replication slot's `NAME` on the source (default: HOST:TARGET)")
 	f.BoolVar(&opts.noSlot, "no-slot", false, "follow without a replication slot")
 	f.DurationVar(&opts.wait, "wait", 0, "wait this long for another loader of the target (default: refuse at once)")
-	opts.tls.register(f, "client")
+	opts.creds.register(f, "client", "")
 	return cmd
 }
 
@@ -112,6 +113,13 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	if opts.noSlot && opts.slot != "" {
 		return errors.New("give --slot NAME or --no-slot, not both")
 	}
+	// Before the target is touched: a client without a credential is
+	// refused up front.
+	client, err := dialSource(ctx, opts.source, opts.creds)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
 	target, err := makeDirectory("target", opts.target)
 	if err != nil {
 		return err
@@ -129,12 +137,6 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 			return fmt.Errorf("--slot: %w", err)
 		}
 	}
-
-	client, err := dialSource(ctx, opts.source, opts.tls)
-	if err != nil {
-		return err
-	}
-	defer client.Close()
 
 	ui := &followUI{stderr: g.stderr, addr: opts.source, m: newMetrics(), tty: isTerminal(g.stderr)}
 	f, err := repl.NewFollower(ctx, repl.FollowConfig{
@@ -190,11 +192,12 @@ const followBatch = 10000
 
 // classify decides what follows a failed round of follow: the end of
 // following for a target the source can no longer serve (source.ErrLost:
-// the originals it needs are gone), a longer backoff for errors a retry
+// the originals it needs are gone) or a source that refuses this client's
+// credential, a longer backoff for errors a retry
 // is unlikely to fix soon, a short one for the rest (the source away).
 func classify(err error) repl.Verdict {
-	if errors.Is(err, source.ErrLost) {
-		return repl.Stop
+	if errors.Is(err, source.ErrLost) || errors.Is(err, source.ErrUnauthenticated) {
+		return repl.Stop // refused again on every retry
 	}
 	for _, target := range []error{
 		repl.ErrGap, repl.ErrMismatch, repl.ErrFormat, repl.ErrNoCopy, repl.ErrChecksum, repl.ErrUnsafePath,

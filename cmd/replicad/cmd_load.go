@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cmfs-project/cmfs/repl"
+	"github.com/cmfs-project/cmfs/source"
 )
 
 type loadOptions struct {
@@ -21,7 +22,7 @@ type loadOptions struct {
 	sourceState string
 	json        bool
 	wait        time.Duration
-	tls         tlsFlags
+	creds       credFlags
 }
 
 func newLoadCmd(g *globalOptions) *cobra.Command {
@@ -64,7 +65,7 @@ bar is drawn on stderr.`,
 	f.StringVar(&opts.sourceState, "source-state", "", "state `DIR` of the source mount, on this machine")
 	f.BoolVar(&opts.json, "json", false, "print one JSON object")
 	f.DurationVar(&opts.wait, "wait", 0, "wait this long for another loader of the target (default: refuse at once)")
-	opts.tls.register(f, "client")
+	opts.creds.register(f, "client", "")
 	return cmd
 }
 
@@ -111,11 +112,16 @@ func runLoad(ctx context.Context, g *globalOptions, opts loadOptions, _ []string
 
 	var fetch repl.Fetcher
 	if opts.source != "" {
-		c, err := dialSource(ctx, opts.source, opts.tls)
+		c, err := dialSource(ctx, opts.source, opts.creds)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
+		// A server that refuses this client says so before the target
+		// is touched (a source that is away is the first fetch's error).
+		if _, err := c.Status(ctx); errors.Is(err, source.ErrUnauthenticated) {
+			return fmt.Errorf("--source %s: %w", opts.source, err)
+		}
 		fetch = c
 	} else {
 		m, err := resolveMount(opts.sourceState, "")

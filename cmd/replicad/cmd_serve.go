@@ -20,6 +20,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/ingest"
+	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/cli"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/peer"
@@ -38,7 +39,7 @@ type serveOptions struct {
 	volumes       []string
 	containerSize cli.ByteSize
 	push          bool
-	tls           tlsFlags
+	creds         credFlags
 	bandwidth     cli.ByteRate
 	concurrency   int
 	metrics       string
@@ -100,16 +101,23 @@ download) is cut when its peer sends or takes nothing for
 size at --stream-min-rate, whichever is longer. A cut import leaves
 nothing behind and frees the room it had reserved; a cut push is retried.
 
-With --tls-cert, --tls-key and --tls-ca the node speaks mutual TLS 1.3 to
-clients and peers (--tls-allow narrows the peers to some names); without,
-it serves, and dials, loopback addresses only, and says so. --metrics ADDR
+Every client must be authenticated. With --tls-cert, --tls-key and
+--tls-ca the node speaks mutual TLS 1.3 to clients and peers, and the
+certificate is the credential (--tls-allow narrows the peers to some
+names). Without, it serves, and dials, loopback addresses only, and a
+client must send the token in --token-file (default STATE/` + auth.FileName + `, or
+VOLUME/` + auth.FileName + ` of the first --volume without a warehouse; created
+when missing, mode 0600; refused unless only the serving account can read
+it): a local user who cannot read the file cannot connect. The node dials
+its peers with its own token, so nodes on one host share one
+--token-file. --metrics ADDR
 serves Prometheus metrics on http://ADDR/metrics: the warehouse's
 replication slots (replicad_slot_*: each destination's position, lag in
 events, and the cmroot entries and bytes it pins) and, with --volume, the
 container replication metrics.
 
 Once it listens it prints "listening on ADDR (...)" (the actual address:
-with port 0, the one picked) and serves until SIGINT or SIGTERM, then
+with port 0, the one picked; the token file clients give) and serves until SIGINT or SIGTERM, then
 closes the open container and exits 0.`,
 		Example: `  replicad serve --state /data/warehouse/.cmfs
   replicad serve --backing /data/warehouse --listen 127.0.0.1:9860
@@ -132,7 +140,7 @@ closes the open container and exits 0.`,
 	f.StringArrayVar(&opts.volumes, "volume", nil, "a `DIR` to keep containers in (created if missing; repeat for more)")
 	f.Var(&opts.containerSize, "container-size", "close the open container at this `SIZE` of data (64MiB, 5GiB, ...)")
 	f.BoolVar(&opts.push, "push", true, "replicate in push mode when a replicate names no --mode (false: the target pulls)")
-	opts.tls.register(f, "node's")
+	opts.creds.register(f, "node's", "STATE/"+auth.FileName+", or VOLUME/"+auth.FileName+" of the first --volume without a warehouse")
 	f.Var(&opts.bandwidth, "replication-bandwidth", "cap what this node sends to peers at `N/s` bytes (100MiB/s; default: no cap)")
 	f.IntVar(&opts.concurrency, "replication-concurrency", peer.DefaultConcurrency, "replications this node runs at once (doubled while decommissioning)")
 	f.StringVar(&opts.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (default: off)")
@@ -196,7 +204,11 @@ func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error
 	if err != nil {
 		return err
 	}
-	srv, err := source.NewServer(source.Config{Backing: m.backing, State: m.state, CMRoot: m.cmroot})
+	token, tokenFile, err := opts.creds.serverToken(filepath.Join(m.state, auth.FileName))
+	if err != nil {
+		return err
+	}
+	srv, err := source.NewServer(source.Config{Backing: m.backing, State: m.state, CMRoot: m.cmroot, Token: token})
 	if err != nil {
 		return err
 	}
@@ -246,14 +258,14 @@ func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error
 		})
 		metrics = fmt.Sprintf(", metrics http://%s/metrics", mlis.Addr())
 	}
-	fmt.Fprintf(g.stdout, "listening on %s (warehouse %s, state %s, source %s%s)\n", lis.Addr(), cfg.Backing, cfg.State, cfg.SourceID, metrics)
+	fmt.Fprintf(g.stdout, "listening on %s (warehouse %s, state %s, source %s, token %s%s)\n", lis.Addr(), cfg.Backing, cfg.State, cfg.SourceID, tokenFile, metrics)
 	return srv.Serve(ctx, lis)
 }
 
 // serveNode serves the Container service over the volumes and, with a
 // warehouse, the Source service on the same listener.
 func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err error) {
-	tc := opts.tls.config()
+	tc := opts.creds.config()
 	if tc.Enabled() {
 		// Checked before anything is opened, for a clear message.
 		if _, err := tlsconfig.Server(tc); err != nil {
@@ -298,6 +310,14 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 			return err
 		}
 	}
+	tokenDir := volumes[0]
+	if m.state != "" {
+		tokenDir = m.state
+	}
+	token, tokenFile, err := opts.creds.serverToken(filepath.Join(tokenDir, auth.FileName))
+	if err != nil {
+		return err
+	}
 	store, err := container.OpenStore(volumes, container.Options{ContainerSize: int64(opts.containerSize)})
 	if err != nil {
 		return err
@@ -313,6 +333,7 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 		NodeID:      nodeID,
 		Rack:        opts.rack,
 		TLS:         tc,
+		Token:       token,
 		Bandwidth:   int64(opts.bandwidth),
 		Concurrency: opts.concurrency,
 		Pull:        !opts.push,
@@ -375,6 +396,11 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 	if opts.advertise != "" {
 		desc = append(desc, "advertised as "+opts.advertise)
 	}
+	if tokenFile != "" {
+		desc = append(desc, "token "+tokenFile)
+	} else {
+		desc = append(desc, "mTLS")
+	}
 	if mlis != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", node.Metrics())
@@ -400,7 +426,7 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 	}
 	fmt.Fprintf(g.stdout, "listening on %s (%s)\n", lis.Addr(), strings.Join(desc, "; "))
 	if !tc.Enabled() {
-		fmt.Fprintln(g.stderr, "replicad: no TLS (--tls-cert, --tls-key, --tls-ca): serving and dialing loopback addresses only")
+		fmt.Fprintf(g.stderr, "replicad: no TLS (--tls-cert, --tls-key, --tls-ca): serving and dialing loopback addresses only, to clients that give --token-file %s\n", tokenFile)
 	}
 	err = node.Serve(ctx, lis)
 	cancel()

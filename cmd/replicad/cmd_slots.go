@@ -17,7 +17,7 @@ type slotsOptions struct {
 	source string
 	json   bool
 	drop   string
-	tls    tlsFlags
+	creds  credFlags
 }
 
 func newSlotsCmd(g *globalOptions) *cobra.Command {
@@ -47,7 +47,7 @@ created, updated) and horizon.
 	f.StringVar(&opts.source, "source", "", "`ADDR` of the source's 'replicad serve'")
 	f.BoolVar(&opts.json, "json", false, "print one JSON object")
 	f.StringVar(&opts.drop, "drop", "", "remove the slot called `NAME`")
-	opts.tls.register(f, "client")
+	opts.creds.register(f, "client", "")
 	return cmd
 }
 
@@ -55,7 +55,7 @@ func runSlots(ctx context.Context, g *globalOptions, opts slotsOptions, _ []stri
 	if opts.source == "" {
 		return errors.New("which source? give --source ADDR")
 	}
-	client, err := dialSource(ctx, opts.source, opts.tls)
+	client, err := dialSource(ctx, opts.source, opts.creds)
 	if err != nil {
 		return err
 	}

@@ -63,7 +63,7 @@ func TestFollowRetriesFailedLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	srv, err := source.NewServer(source.Config{Backing: backing, State: state})
+	srv, err := source.NewServer(source.Config{Backing: backing, State: state, Token: testToken(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

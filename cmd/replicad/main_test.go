@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,8 +12,41 @@ import (
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/journal"
 )
+
+// TestMain points every serve and client the tests run at one token file
+// ($REPLICAD_TOKEN_FILE), as nodes on one host share one.
+func TestMain(m *testing.M) {
+	os.Exit(withToken(m))
+}
+
+func withToken(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "replicad-token-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, auth.FileName)
+	if _, err := auth.File(path); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	os.Setenv(tokenEnv, path)
+	return m.Run()
+}
+
+// testToken is the token of TestMain's file.
+func testToken(t *testing.T) string {
+	t.Helper()
+	tok, err := auth.Read(os.Getenv(tokenEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
 
 // runCLI runs the command line in-process and returns its exit code, stdout
 // and stderr.

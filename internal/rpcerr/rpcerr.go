@@ -11,6 +11,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 )
 
 // Code pairs a sentinel error with the gRPC code it travels as.
@@ -51,8 +53,10 @@ func (m Map) ToStatus(err error) error {
 }
 
 // FromStatus turns a status back into an error with the server's message
-// that wraps the first sentinel listed for its code. Anything that is not
-// a status passes through unchanged.
+// that wraps the first sentinel listed for its code. A connection that
+// failed because a TLS handshake refused a certificate (Unavailable to
+// gRPC) counts as codes.Unauthenticated: like a refused token, it will be
+// refused again. Anything that is not a status passes through unchanged.
 func (m Map) FromStatus(err error) error {
 	if err == nil {
 		return nil
@@ -61,15 +65,19 @@ func (m Map) FromStatus(err error) error {
 	if !ok {
 		return err
 	}
+	code := st.Code()
+	if code == codes.Unavailable && tlsconfig.Refused(err) {
+		code = codes.Unauthenticated
+	}
 	var base error
-	switch st.Code() {
+	switch code {
 	case codes.Canceled:
 		base = context.Canceled
 	case codes.DeadlineExceeded:
 		base = context.DeadlineExceeded
 	default:
 		for _, c := range m {
-			if c.Code == st.Code() {
+			if c.Code == code {
 				base = c.Err
 				break
 			}

@@ -24,6 +24,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 )
 
 var (
@@ -245,6 +246,69 @@ func CheckLoopback(ctx context.Context, op, addr string) error {
 		if !ip.IsLoopback() {
 			return &InsecureError{Op: op, Addr: addr}
 		}
+	}
+	return nil
+}
+
+// refusals are what a connection error says when a TLS handshake failed
+// on a certificate: the alerts a peer sends (Go's wording), and this
+// side's own verdicts. gRPC carries them as text only.
+var refusals = []string{
+	"remote error: tls: bad certificate",
+	"remote error: tls: unknown certificate",
+	"remote error: tls: certificate required",
+	"remote error: tls: unsupported certificate",
+	"remote error: tls: certificate revoked",
+	"remote error: tls: certificate expired",
+	"remote error: tls: access denied",
+	"tls: failed to verify certificate",
+	ErrNotAllowed.Error(),
+}
+
+// Refused says whether err (or a message) is a handshake refused on a
+// certificate, by the peer or by this side: trying again will not help.
+func Refused(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	for _, r := range refusals {
+		if strings.Contains(msg, r) {
+			return true
+		}
+	}
+	return false
+}
+
+// probeTimeout bounds Probe.
+const probeTimeout = 5 * time.Second
+
+// Probe makes one TLS handshake with the server at addr, as cfg's client,
+// and waits for the server's first bytes: it returns the server's refusal
+// of cfg's certificate, or nil when the server accepted it or nothing
+// could be learned (unreachable, silent). In TLS 1.3 a client finishes its
+// handshake before the server has checked its certificate, so a refusal
+// can reach a gRPC call as a broken pipe or an EOF instead of the alert;
+// the probe reads the alert itself.
+func Probe(ctx context.Context, addr string, cfg *tls.Config) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	cfg = cfg.Clone()
+	cfg.NextProtos = []string{"h2"} // a gRPC server closes a connection without it
+	d := tls.Dialer{Config: cfg}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		if Refused(err) {
+			return fmt.Errorf("handshake with %s: %w", addr, err)
+		}
+		return nil
+	}
+	defer conn.Close()
+	dl, _ := ctx.Deadline()
+	conn.SetReadDeadline(dl)
+	// An accepting gRPC server speaks first (its HTTP/2 settings).
+	if _, err := conn.Read(make([]byte, 1)); err != nil && Refused(err) {
+		return fmt.Errorf("handshake with %s: %w", addr, err)
 	}
 	return nil
 }

@@ -219,6 +219,7 @@ type runner struct {
 	replicad string
 	logf     func(string, ...any)
 	notes    []string
+	token    string // of every replicad serve and client (bench.UseToken)
 
 	mu    sync.Mutex
 	procs []*bench.Proc
@@ -238,6 +239,9 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	// after their run): the backing filesystem may be mounted with online
 	// discard, which slows the I/O that follows a large deletion.
 	r := &runner{cfg: opts.cfg, dir: dir, logf: func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }}
+	if r.token, err = bench.UseToken(dir); err != nil {
+		return err
+	}
 	defer func() {
 		r.stopAll()
 		if !opts.keep {

@@ -51,7 +51,7 @@ func (r *runner) serve(ctx context.Context, name, volume string, extra ...string
 	if err != nil {
 		return nil, err
 	}
-	client, err := peer.Dial(ctx, addr)
+	client, err := peer.Dial(ctx, addr, peer.WithToken(r.token))
 	if err != nil {
 		p.Stop()
 		return nil, err

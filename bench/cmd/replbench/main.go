@@ -169,6 +169,7 @@ type runner struct {
 	replicad string // empty: no CLI, emulate in process
 	logf     func(string, ...any)
 	notes    []string
+	token    string // of every replicad serve and client (bench.UseToken)
 
 	mu      sync.Mutex
 	mounts  []*bench.Mount
@@ -190,6 +191,9 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	// may be mounted with online discard, which slows the I/O that follows
 	// a large deletion for seconds.
 	r := &runner{cfg: opts.cfg, dir: dir, logf: func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }}
+	if r.token, err = bench.UseToken(dir); err != nil {
+		return err
+	}
 	defer func() {
 		r.stopAll()
 		if left, _ := bench.FUSEMountsUnder(dir); len(left) > 0 {
@@ -733,7 +737,7 @@ func (r *runner) followRows(ctx context.Context) []*bench.ReplRow {
 	)
 	if r.replicad != "" {
 		if addr, _, err = r.serve(ctx, "follow", state); err == nil {
-			client, err = source.Dial(ctx, addr, source.WithStreaming())
+			client, err = source.Dial(ctx, addr, source.WithStreaming(), source.WithToken(r.token))
 		}
 		if err == nil {
 			_, err = r.start("replicad-follow", r.replicad, "follow", "--source", addr, "--target", tgt, "--interval", c.interval.String())
@@ -1033,7 +1037,7 @@ func (r *runner) serve(ctx context.Context, name, state string) (string, *bench.
 	if err != nil {
 		return "", nil, err
 	}
-	client, err := source.Dial(ctx, addr)
+	client, err := source.Dial(ctx, addr, source.WithToken(r.token))
 	if err != nil {
 		return "", nil, err
 	}
@@ -1059,7 +1063,7 @@ func (r *runner) serve(ctx context.Context, name, state string) (string, *bench.
 // serveInProcess serves the source on a free loopback port in this
 // process and returns a client of it.
 func (r *runner) serveInProcess(ctx context.Context, backing string) (string, *source.Client, error) {
-	srv, err := source.NewServer(source.Config{Backing: backing})
+	srv, err := source.NewServer(source.Config{Backing: backing, Token: r.token})
 	if err != nil {
 		return "", nil, err
 	}
@@ -1075,7 +1079,7 @@ func (r *runner) serveInProcess(ctx context.Context, backing string) (string, *s
 			r.logf("source server: %v", err)
 		}
 	}()
-	client, err := source.Dial(ctx, lis.Addr().String(), source.WithStreaming())
+	client, err := source.Dial(ctx, lis.Addr().String(), source.WithStreaming(), source.WithToken(r.token))
 	stop := func() {
 		if client != nil {
 			client.Close()
