@@ -183,6 +183,9 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	}
 	err = f.Run(ctx)
 	ui.endLine()
+	if errors.Is(err, source.ErrUnauthenticated) {
+		return fmt.Errorf("--source %s: %w", opts.source, err)
+	}
 	return err // nil when interrupted
 }
 
