@@ -15,6 +15,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -63,7 +64,7 @@ type LocalTree struct {
 var _ Tree = LocalTree{}
 
 // skipAtRoot are top-level names that are never part of the tree.
-var skipAtRoot = map[string]bool{stateDirName: true, stateFile: true, stagingDir: true}
+var skipAtRoot = map[string]bool{statedir.Name: true, stateFile: true, stagingDir: true}
 
 func (t LocalTree) excluded(rel string) bool {
 	if !strings.Contains(rel, "/") && skipAtRoot[rel] {

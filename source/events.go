@@ -15,7 +15,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/api/replpb"
 	"github.com/cmfs-project/cmfs/control"
-	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -77,8 +77,8 @@ func (s *Server) Status(ctx context.Context, _ *replpb.StatusRequest) (*replpb.S
 	}, nil
 }
 
-func (s *Server) socket() string      { return filepath.Join(s.cfg.State, cmfs.SocketFile) }
-func (s *Server) journalPath() string { return filepath.Join(s.cfg.State, cmfs.JournalFile) }
+func (s *Server) socket() string      { return filepath.Join(s.cfg.State, statedir.SocketFile) }
+func (s *Server) journalPath() string { return filepath.Join(s.cfg.State, statedir.JournalFile) }
 
 // last returns the newest event id, from the mount when one answers.
 func (s *Server) last(ctx context.Context) (last uint64, mounted bool, err error) {

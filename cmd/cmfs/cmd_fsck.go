@@ -14,8 +14,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/control"
 	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -87,7 +89,7 @@ func fsck(ctx context.Context, g *globalOptions, opts fsckOptions, args []string
 		if err := off.j.Verify(); err != nil {
 			return err
 		}
-		if rep, err = control.FsckRetain(off.j, off.store, opts.repair, t.record.Retention(), time.Now()); err != nil {
+		if rep, err = control.FsckRetain(off.j, off.store, opts.repair, t.record.Retention(cmroot.DefaultRetain), time.Now()); err != nil {
 			return err
 		}
 	}
@@ -177,7 +179,7 @@ func recoverOffline(ctx context.Context, t target) (protect.Recovery, error) {
 	if t.backing == "" {
 		return protect.Recovery{}, nil // never mounted: nothing can be in flight
 	}
-	j, err := journal.Open(filepath.Join(t.state, cmfs.JournalFile), journal.Options{LockTimeout: time.Second})
+	j, err := journal.Open(filepath.Join(t.state, statedir.JournalFile), journal.Options{LockTimeout: time.Second})
 	if err != nil {
 		return protect.Recovery{}, fmt.Errorf("open the journal for recovery: %w", err)
 	}

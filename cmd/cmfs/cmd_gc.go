@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/control"
 	"github.com/cmfs-project/cmfs/slot"
 )
@@ -107,7 +108,7 @@ func runGC(ctx context.Context, g *globalOptions, opts gcOptions, args []string)
 		defer off.Close()
 		retain := opts.retain
 		if retain == 0 {
-			retain = t.record.Retention()
+			retain = t.record.Retention(cmroot.DefaultRetain)
 		}
 		gopts := control.GCOptions{Retain: retain, RetainMax: opts.retainMax, Slots: slot.Open(t.state)}
 		if res, err = control.GC(ctx, off.j, off.store, gopts, time.Now()); err != nil {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/control"
-	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -310,7 +310,7 @@ func copyVerified(src, dst string, f journal.File) (err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("restore %s: %w", f.Path, err)
 	}
-	staging, err := os.MkdirTemp(dir, cmfs.RestoreStagingPrefix)
+	staging, err := os.MkdirTemp(dir, statedir.RestoreStagingPrefix)
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", f.Path, err)
 	}

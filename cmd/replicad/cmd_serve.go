@@ -20,6 +20,7 @@ import (
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/ingest"
 	"github.com/cmfs-project/cmfs/internal/cli"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/peer"
 	"github.com/cmfs-project/cmfs/repl"
@@ -48,10 +49,6 @@ type serveOptions struct {
 	changed func(name string) bool
 }
 
-// ingestCursor is the file in the state directory where serve --ingest
-// records how far it ingested the journal.
-const ingestCursor = "replicad-ingest.json"
-
 // ingestInterval is how often serve --ingest looks for new events.
 const ingestInterval = time.Second
 
@@ -76,7 +73,7 @@ func newServeCmd(g *globalOptions) *cobra.Command {
 
 --ingest (needs --state and --volume) writes the files journal events add,
 and the originals they preserve, into the open container, and remembers
-the last event ingested in STATE/` + ingestCursor + ` so that a restart
+the last event ingested in STATE/` + statedir.IngestCursorFile + ` so that a restart
 resumes. A container closes at --container-size, or after --ingest-idle
 without a new file.
 
@@ -306,7 +303,7 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 			Store:   store,
 			Events:  src.Journal(),
 			Fetcher: &repl.LocalFetcher{Root: m.backing, CMRoot: m.cmroot, Events: src.Journal()},
-			Cursor:  filepath.Join(m.state, ingestCursor),
+			Cursor:  filepath.Join(m.state, statedir.IngestCursorFile),
 			Idle:    opts.ingestIdle,
 			Logf:    func(format string, args ...any) { fmt.Fprintf(g.stderr, "replicad: "+format+"\n", args...) },
 		})
