@@ -11,7 +11,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
-	"github.com/cmfs-project/cmfs/slot"
+	"github.com/cmfs-project/cmfs/upkeep"
 )
 
 // env is a journal, a store and a control server on a real unix socket.
@@ -300,29 +300,12 @@ func TestFsck(t *testing.T) {
 	if r.Entries != 2 || r.Referenced != 2 || len(r.Orphans) != 1 || !equal(r.Missing, []string{gone.CM}) || r.OK() {
 		t.Errorf("Fsck = %+v, want 2 entries, 2 referenced, 1 orphan, missing %s, not OK", r, gone.CM)
 	}
-	direct, err := Fsck(e.j, e.store, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if direct.Entries != r.Entries || len(direct.Missing) != len(r.Missing) {
-		t.Errorf("direct Fsck = %+v, remote %+v", direct, r)
-	}
 	r, err = e.client.Fsck(context.Background(), true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !r.Repaired || !equal(r.Remaining, []string{gone.CM}) || r.OK() {
 		t.Errorf("Fsck repair = %+v, want the missing entry remaining", r)
-	}
-	// Once the events are older than the retention, gc may have removed
-	// the entry: expired, not missing.
-	later := time.Now().Add(cmroot.DefaultRetain + time.Hour)
-	r, err = FsckRetain(e.j, e.store, true, cmroot.DefaultRetain, later)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Missing) != 0 || !equal(r.Expired, []string{gone.CM}) || !r.OK() {
-		t.Errorf("FsckRetain a day later = %+v, want %s expired and OK", r, gone.CM)
 	}
 }
 
@@ -348,7 +331,7 @@ func TestGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res != (GCResult{}) {
+	if res != (upkeep.GCResult{}) {
 		t.Errorf("GC(default) = %+v, want nothing removed", res)
 	}
 	// Sub-second retention rounds up to 1s: wait it out.
@@ -357,7 +340,7 @@ func TestGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (GCResult{Removed: 2, Bytes: 10}); res != want {
+	if want := (upkeep.GCResult{Removed: 2, Bytes: 10}); res != want {
 		t.Errorf("GC = %+v, want %+v", res, want)
 	}
 	if n, b := e.store.Stats(); n != 0 || b != 0 {
@@ -477,74 +460,4 @@ func equal[T comparable](a, b []T) bool {
 		}
 	}
 	return true
-}
-
-// TestGCSlots: gc keeps what a slot's destination still needs past the
-// retention, drops it past the retain-max, and raises the horizon past
-// every event naming what it removed.
-func TestGCSlots(t *testing.T) {
-	ctx := context.Background()
-	e := newEnv(t)
-	slots := slot.Open(e.dir)
-	old := e.preserve(t, "old content")
-	mid := e.preserve(t, "mid content")
-	e.append(t,
-		&journal.Event{Type: journal.Delete, Path: old.Path, Files: []journal.File{old}}, // 1
-		&journal.Event{Type: journal.Mkdir, Path: "x"},                                   // 2
-		&journal.Event{Type: journal.Delete, Path: mid.Path, Files: []journal.File{mid}}, // 3
-	)
-	if _, _, err := slots.Advance("r1", 2, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	day := time.Now().Add(24 * time.Hour)
-	// r1 has loaded event 2: it still needs what event 3 names, not 1.
-	res, err := GC(ctx, e.j, e.store, GCOptions{Retain: time.Hour, RetainMax: 48 * time.Hour, Slots: slots}, day)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (GCResult{Removed: 1, Bytes: old.Size, Pinned: 1, PinnedBytes: mid.Size, Horizon: 2}); res != want {
-		t.Errorf("GC with a slot at 2 = %+v, want %+v", res, want)
-	}
-	if _, err := e.store.Lookup(mid.CM); err != nil {
-		t.Errorf("the entry the slot needs is gone: %v", err)
-	}
-	st, _ := slots.Load()
-	if r1, _ := st.Find("r1"); st.Lost(r1) {
-		t.Errorf("slot at 2 lost with horizon %d", st.Horizon)
-	}
-	// Past the retain-max it goes anyway, and the slot is lost.
-	res, err = GC(ctx, e.j, e.store, GCOptions{Retain: time.Hour, RetainMax: 12 * time.Hour, Slots: slots}, day)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (GCResult{Removed: 1, Bytes: mid.Size, Horizon: 3}); res != want {
-		t.Errorf("GC past the retain-max = %+v, want %+v", res, want)
-	}
-	st, _ = slots.Load()
-	if r1, _ := st.Find("r1"); !st.Lost(r1) {
-		t.Errorf("slot at 2 not lost with horizon %d", st.Horizon)
-	}
-	lost, err := slot.FirstLost(ctx, func(_ context.Context, from, to uint64, fn func(*journal.Event) error) error {
-		return e.j.Range(from, to, fn)
-	}, 0, st.Horizon, func(cm string) bool { _, err := e.store.Lookup(cm); return err == nil })
-	if err != nil || lost != nil {
-		// Neither content was added by an event: nothing to reproduce.
-		t.Errorf("FirstLost = %+v, %v, want nil", lost, err)
-	}
-}
-
-// TestGCNoSlots: without slots gc goes by age alone, and every event up
-// to the newest is behind the horizon once it removed something.
-func TestGCNoSlots(t *testing.T) {
-	e := newEnv(t)
-	f := e.preserve(t, "content")
-	e.append(t, &journal.Event{Type: journal.Delete, Path: f.Path, Files: []journal.File{f}})
-	slots := slot.Open(e.dir)
-	res, err := GC(context.Background(), e.j, e.store, GCOptions{Retain: time.Hour, Slots: slots}, time.Now().Add(2*time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (GCResult{Removed: 1, Bytes: f.Size, Horizon: 1}); res != want {
-		t.Errorf("GC = %+v, want %+v", res, want)
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/api/controlpb"
+	"github.com/cmfs-project/cmfs/upkeep"
 )
 
 func unixNano(t time.Time) int64 {
@@ -20,7 +21,7 @@ func fromUnixNano(ns int64) time.Time {
 	return time.Unix(0, ns).UTC()
 }
 
-func reportToProto(r Report) *controlpb.FsckResponse {
+func reportToProto(r upkeep.Report) *controlpb.FsckResponse {
 	return &controlpb.FsckResponse{
 		Entries:    int64(r.Entries),
 		Orphans:    r.Orphans,
@@ -34,8 +35,8 @@ func reportToProto(r Report) *controlpb.FsckResponse {
 	}
 }
 
-func reportFromProto(p *controlpb.FsckResponse) Report {
-	return Report{
+func reportFromProto(p *controlpb.FsckResponse) upkeep.Report {
+	return upkeep.Report{
 		Entries:    int(p.Entries),
 		Orphans:    p.Orphans,
 		Missing:    p.Missing,

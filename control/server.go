@@ -18,6 +18,7 @@ import (
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/slot"
+	"github.com/cmfs-project/cmfs/upkeep"
 )
 
 // Info describes the mount a Server serves.
@@ -144,7 +145,7 @@ func (s *Server) Events(req *controlpb.EventsRequest, stream grpc.ServerStreamin
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	defer context.AfterFunc(s.life, cancel)()
-	err := Walk(ctx, s.j, req.From, req.To, req.Follow, func(e *journal.Event) error {
+	err := upkeep.Walk(ctx, s.j, req.From, req.To, req.Follow, func(e *journal.Event) error {
 		return stream.Send(eventpb.FromJournal(e))
 	})
 	if err != nil && s.life.Err() != nil && stream.Context().Err() == nil {
@@ -158,7 +159,7 @@ func (s *Server) Events(req *controlpb.EventsRequest, stream grpc.ServerStreamin
 func (s *Server) Fsck(ctx context.Context, req *controlpb.FsckRequest) (*controlpb.FsckResponse, error) {
 	s.maint.Lock()
 	defer s.maint.Unlock()
-	r, err := FsckRetain(s.j, s.store, req.Repair, s.retain(), time.Now())
+	r, err := upkeep.FsckRetain(s.j, s.store, req.Repair, s.retain(), time.Now())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -173,8 +174,8 @@ func (s *Server) GC(ctx context.Context, req *controlpb.GCRequest) (*controlpb.G
 	}
 	s.maint.Lock()
 	defer s.maint.Unlock()
-	opts := GCOptions{Retain: retain, RetainMax: time.Duration(req.RetainMaxSeconds) * time.Second, Slots: s.slots}
-	res, err := GC(ctx, s.j, s.store, opts, time.Now())
+	opts := upkeep.GCOptions{Retain: retain, RetainMax: time.Duration(req.RetainMaxSeconds) * time.Second, Slots: s.slots}
+	res, err := upkeep.GC(ctx, s.j, s.store, opts, time.Now())
 	if err != nil {
 		return nil, toStatus(err)
 	}

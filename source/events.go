@@ -17,6 +17,7 @@ import (
 	"github.com/cmfs-project/cmfs/control"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/upkeep"
 )
 
 // Retrying while the journal is locked and the control socket does not
@@ -229,7 +230,7 @@ func (s *Server) walkJournal(ctx context.Context, from, to uint64, follow bool, 
 		return err
 	}
 	defer j.Close()
-	err = control.Walk(ctx, j, from, to, follow, fn)
+	err = upkeep.Walk(ctx, j, from, to, follow, fn)
 	var fe *fnError
 	if !errors.As(err, &fe) && errors.Is(err, journal.ErrLocked) {
 		return &retryError{s.lockedErr()}

@@ -24,6 +24,7 @@ import (
 	cmfs "github.com/cmfs-project/cmfs/fs"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/upkeep"
 )
 
 type mountOptions struct {
@@ -254,7 +255,7 @@ func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (
 
 	// Crash recovery: bring cmroot and the journal back into agreement
 	// before anything new happens.
-	rep, err := control.FsckRetain(j, store, true, cfg.Retain, time.Now())
+	rep, err := upkeep.FsckRetain(j, store, true, cfg.Retain, time.Now())
 	if err != nil {
 		return fmt.Errorf("recovery fsck: %w", err)
 	}
