@@ -110,7 +110,7 @@ func (c *Client) Events(ctx context.Context, from, to uint64, follow bool, fn fu
 			}
 			return fromStatus(err)
 		}
-		if err := fn(*p.Journal()); err != nil {
+		if err := fn(*EventFromProto(p)); err != nil {
 			return err
 		}
 	}

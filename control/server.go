@@ -1,8 +1,6 @@
 package control
 
 import (
-	"github.com/cmfs-project/cmfs/api/eventpb"
-
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cmfs-project/cmfs/api/controlpb"
+	"github.com/cmfs-project/cmfs/api/eventpb"
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/slot"
@@ -146,7 +145,7 @@ func (s *Server) Events(req *controlpb.EventsRequest, stream grpc.ServerStreamin
 	defer cancel()
 	defer context.AfterFunc(s.life, cancel)()
 	err := upkeep.Walk(ctx, s.j, req.From, req.To, req.Follow, func(e *journal.Event) error {
-		return stream.Send(eventpb.FromJournal(e))
+		return stream.Send(EventToProto(e))
 	})
 	if err != nil && s.life.Err() != nil && stream.Context().Err() == nil {
 		// The mount is going away, not the client: end the stream cleanly.

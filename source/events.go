@@ -55,7 +55,7 @@ func (s *Server) Events(req *replpb.EventsRequest, stream grpc.ServerStreamingSe
 	defer cancel()
 	defer context.AfterFunc(s.life, cancel)()
 	err := s.walk(ctx, req.From, req.To, req.Follow, func(e *journal.Event) error {
-		return stream.Send(eventpb.FromJournal(e))
+		return stream.Send(control.EventToProto(e))
 	})
 	if err != nil && s.life.Err() != nil && stream.Context().Err() == nil {
 		// The server is going away, not the client: end the stream cleanly.
