@@ -77,7 +77,7 @@ func (s *Store) preserve(path, sum string, size int64, move bool) (string, bool,
 		r := record{size: size, ino: fi.Sys().(*syscall.Stat_t).Ino, shared: true, preserved: now, refreshed: now}
 		if err := s.put(name, &r); err != nil {
 			if move {
-				err = errors.Join(err, renameNoReplace(dst, path))
+				err = errors.Join(err, durable.RenameNoReplace(dst, path))
 			} else {
 				err = errors.Join(err, os.Remove(dst))
 			}
@@ -405,7 +405,7 @@ func (s *Store) unpreserve(name, path string) error {
 		return err
 	}
 	src := s.Path(name)
-	err = renameNoReplace(src, path)
+	err = durable.RenameNoReplace(src, path)
 	if errors.Is(err, syscall.EXDEV) {
 		if err = s.restore(name, path, false); err == nil {
 			err = os.Remove(src)

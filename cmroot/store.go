@@ -111,7 +111,7 @@ type sysOps struct {
 
 func defaultSys() sysOps {
 	return sysOps{
-		rename: renameNoReplace,
+		rename: durable.RenameNoReplace,
 		link:   os.Link,
 		write:  func(f *os.File, p []byte) (int, error) { return f.Write(p) },
 		now:    time.Now,
