@@ -1,6 +1,7 @@
 package cmroot
 
 import (
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/durable"
 
 	"errors"
@@ -45,7 +46,7 @@ func (s *Store) Preserve(path, xxh64 string, size int64, move bool) (name string
 }
 
 func (s *Store) preserve(path, sum string, size int64, move bool) (string, bool, error) {
-	if !ValidSum(sum) || size < 0 {
+	if !checksum.Valid(sum) || size < 0 {
 		return "", false, fmt.Errorf("bad checksum %q or size %d", sum, size)
 	}
 	if s.isClosed() {
@@ -217,7 +218,7 @@ func (s *Store) copyHashed(f *os.File, src io.ReaderAt) (int64, string, error) {
 			off += int64(n)
 		}
 		if rerr == io.EOF {
-			return off, Sum(d.Sum64()), nil
+			return off, checksum.Format(d.Sum64()), nil
 		}
 		if rerr != nil {
 			return off, "", rerr

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 	"golang.org/x/sys/unix"
@@ -402,11 +403,8 @@ func hashReaderAt(f *os.File, size int64) (string, error) {
 	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
-	d := xxhash.New()
-	if _, err := io.CopyBuffer(d, io.NewSectionReader(f, 0, size), *bp); err != nil {
-		return "", err
-	}
-	return journal.FormatSum(d.Sum64()), nil
+	_, sum, err := checksum.Reader(io.NewSectionReader(f, 0, size), *bp)
+	return sum, err
 }
 
 // hashMapped hashes mapped file data. A file truncated by another writer

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 )
@@ -81,7 +82,7 @@ func (l *LocalFetcher) Fetch(ctx context.Context, f journal.File) (io.ReadCloser
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if f.Size < 0 || !cmroot.ValidSum(f.XXH64) {
+	if f.Size < 0 || !checksum.Valid(f.XXH64) {
 		return nil, fmt.Errorf("fetch %s: bad size %d or xxh64 %q", f.Path, f.Size, f.XXH64)
 	}
 	if f.CM == "" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -13,10 +12,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/cespare/xxhash/v2"
-
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/statedir"
-	"github.com/cmfs-project/cmfs/journal"
 )
 
 // Tree is the current source tree, as a BOOTSTRAP dump lists it.
@@ -103,7 +100,7 @@ func (t LocalTree) Walk(ctx context.Context, fn func(Entry) error) error {
 			defer wg.Done()
 			buf := make([]byte, 256<<10)
 			for rel := range jobs {
-				size, sum, err := hashFile(filepath.Join(t.Root, filepath.FromSlash(rel)), buf)
+				size, sum, err := checksum.File(filepath.Join(t.Root, filepath.FromSlash(rel)), buf)
 				select {
 				case results <- hashed{Entry: Entry{Path: rel, Kind: EntryFile, Size: size, XXH64: sum}, err: err}:
 				case <-ctx.Done():
@@ -185,19 +182,4 @@ func (t LocalTree) Walk(ctx context.Context, fn func(Entry) error) error {
 		err = ctx.Err()
 	}
 	return err
-}
-
-// hashFile returns the size and xxh64 of the file at p.
-func hashFile(p string, buf []byte) (int64, string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return 0, "", err
-	}
-	defer f.Close()
-	h := xxhash.New()
-	n, err := io.CopyBuffer(h, f, buf)
-	if err != nil {
-		return 0, "", err
-	}
-	return n, journal.FormatSum(h.Sum64()), nil
 }
