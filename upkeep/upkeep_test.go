@@ -3,8 +3,6 @@ package upkeep
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -12,70 +10,15 @@ import (
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/slot"
+	"github.com/cmfs-project/cmfs/upkeep/upkeeptest"
 )
 
-// env is a journal and a store in one state directory.
-type env struct {
-	dir   string
-	j     *journal.Log
-	store *cmroot.Store
-}
-
-func newEnv(t *testing.T) *env {
-	t.Helper()
-	dir := t.TempDir()
-	j, err := journal.Open(filepath.Join(dir, "journal.db"), journal.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := cmroot.Open(filepath.Join(dir, "cmroot"), cmroot.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := j.Verify(); err != nil {
-			t.Errorf("journal Verify: %v", err)
-		}
-		store.Close()
-		j.Close()
-	})
-	return &env{dir: dir, j: j, store: store}
-}
-
-// preserve stores content in cmroot and returns a file naming its entry.
-func (e *env) preserve(t *testing.T, content string) journal.File {
-	t.Helper()
-	p := filepath.Join(e.dir, "victim")
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sum := journal.Sum([]byte(content))
-	name, _, err := e.store.Preserve(p, sum, int64(len(content)), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return journal.File{Path: "sales.db/orders/part-0", Size: int64(len(content)), XXH64: sum, CM: name}
-}
-
-func (e *env) append(t *testing.T, evs ...*journal.Event) {
-	t.Helper()
-	for _, ev := range evs {
-		ev.Stamp()
-		if ev.Files == nil {
-			ev.Files = []journal.File{}
-		}
-	}
-	if err := e.j.Append(context.Background(), evs...); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestWalk(t *testing.T) {
-	e := newEnv(t)
+	e := upkeeptest.New(t)
 	for range walkBatch + 3 {
-		e.append(t, &journal.Event{Type: journal.Mkdir, Path: "x"})
+		e.Append(t, &journal.Event{Type: journal.Mkdir, Path: "x"})
 	}
-	last := e.j.Last()
+	last := e.J.Last()
 	for _, tc := range []struct {
 		name     string
 		from, to uint64
@@ -89,7 +32,7 @@ func TestWalk(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var ids []uint64
-			if err := Walk(context.Background(), e.j, tc.from, tc.to, false, func(ev *journal.Event) error {
+			if err := Walk(context.Background(), e.J, tc.from, tc.to, false, func(ev *journal.Event) error {
 				ids = append(ids, ev.ID)
 				return nil
 			}); err != nil {
@@ -100,7 +43,7 @@ func TestWalk(t *testing.T) {
 			}
 		})
 	}
-	if err := Walk(context.Background(), e.j, 5, 2, false, func(*journal.Event) error { return nil }); !errors.Is(err, ErrInvalid) {
+	if err := Walk(context.Background(), e.J, 5, 2, false, func(*journal.Event) error { return nil }); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Walk(5, 2) = %v, want ErrInvalid", err)
 	}
 }
@@ -108,19 +51,19 @@ func TestWalk(t *testing.T) {
 // TestWalkFollow: following delivers events appended after the walk began
 // and ends at to.
 func TestWalkFollow(t *testing.T) {
-	e := newEnv(t)
-	e.append(t, &journal.Event{Type: journal.Mkdir, Path: "a"})
+	e := upkeeptest.New(t)
+	e.Append(t, &journal.Event{Type: journal.Mkdir, Path: "a"})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	var ids []uint64
 	go func() {
-		done <- Walk(ctx, e.j, 1, 3, true, func(ev *journal.Event) error {
+		done <- Walk(ctx, e.J, 1, 3, true, func(ev *journal.Event) error {
 			ids = append(ids, ev.ID)
 			return nil
 		})
 	}()
-	e.append(t, &journal.Event{Type: journal.Mkdir, Path: "b"}, &journal.Event{Type: journal.Mkdir, Path: "c"}, &journal.Event{Type: journal.Mkdir, Path: "d"})
+	e.Append(t, &journal.Event{Type: journal.Mkdir, Path: "b"}, &journal.Event{Type: journal.Mkdir, Path: "c"}, &journal.Event{Type: journal.Mkdir, Path: "d"})
 	if err := <-done; err != nil {
 		t.Fatalf("Walk follow to 3: %v", err)
 	}
@@ -130,15 +73,15 @@ func TestWalkFollow(t *testing.T) {
 }
 
 func TestFsckRetain(t *testing.T) {
-	e := newEnv(t)
-	kept := e.preserve(t, "kept")
-	e.preserve(t, "orphan")
+	e := upkeeptest.New(t)
+	kept := e.Preserve(t, "kept")
+	e.Preserve(t, "orphan")
 	gone := journal.File{Path: "sales.db/orders/part-1", Size: 4, XXH64: journal.Sum([]byte("gone")), CM: cmroot.Name(journal.Sum([]byte("gone")), 4)}
-	e.append(t,
+	e.Append(t,
 		&journal.Event{Type: journal.Delete, Path: kept.Path, Files: []journal.File{kept}},
 		&journal.Event{Type: journal.Delete, Path: gone.Path, Files: []journal.File{gone}},
 	)
-	r, err := Fsck(e.j, e.store, false)
+	r, err := Fsck(e.J, e.Store, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +91,7 @@ func TestFsckRetain(t *testing.T) {
 	// Once the events are older than the retention, gc may have removed
 	// the entry: expired, not missing.
 	later := time.Now().Add(cmroot.DefaultRetain + time.Hour)
-	r, err = FsckRetain(e.j, e.store, true, cmroot.DefaultRetain, later)
+	r, err = FsckRetain(e.J, e.Store, true, cmroot.DefaultRetain, later)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,9 +101,9 @@ func TestFsckRetain(t *testing.T) {
 }
 
 func TestGCInvalid(t *testing.T) {
-	e := newEnv(t)
+	e := upkeeptest.New(t)
 	for _, opts := range []GCOptions{{Retain: -time.Second}, {RetainMax: -time.Second}} {
-		if _, err := GC(context.Background(), e.j, e.store, opts, time.Now()); !errors.Is(err, ErrInvalid) {
+		if _, err := GC(context.Background(), e.J, e.Store, opts, time.Now()); !errors.Is(err, ErrInvalid) {
 			t.Errorf("GC(%+v) = %v, want ErrInvalid", opts, err)
 		}
 	}
@@ -171,11 +114,11 @@ func TestGCInvalid(t *testing.T) {
 // every event naming what it removed.
 func TestGCSlots(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t)
-	slots := slot.Open(e.dir)
-	old := e.preserve(t, "old content")
-	mid := e.preserve(t, "mid content")
-	e.append(t,
+	e := upkeeptest.New(t)
+	slots := slot.Open(e.Dir)
+	old := e.Preserve(t, "old content")
+	mid := e.Preserve(t, "mid content")
+	e.Append(t,
 		&journal.Event{Type: journal.Delete, Path: old.Path, Files: []journal.File{old}}, // 1
 		&journal.Event{Type: journal.Mkdir, Path: "x"},                                   // 2
 		&journal.Event{Type: journal.Delete, Path: mid.Path, Files: []journal.File{mid}}, // 3
@@ -185,14 +128,14 @@ func TestGCSlots(t *testing.T) {
 	}
 	day := time.Now().Add(24 * time.Hour)
 	// r1 has loaded event 2: it still needs what event 3 names, not 1.
-	res, err := GC(ctx, e.j, e.store, GCOptions{Retain: time.Hour, RetainMax: 48 * time.Hour, Slots: slots}, day)
+	res, err := GC(ctx, e.J, e.Store, GCOptions{Retain: time.Hour, RetainMax: 48 * time.Hour, Slots: slots}, day)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := (GCResult{Removed: 1, Bytes: old.Size, Pinned: 1, PinnedBytes: mid.Size, Horizon: 2}); res != want {
 		t.Errorf("GC with a slot at 2 = %+v, want %+v", res, want)
 	}
-	if _, err := e.store.Lookup(mid.CM); err != nil {
+	if _, err := e.Store.Lookup(mid.CM); err != nil {
 		t.Errorf("the entry the slot needs is gone: %v", err)
 	}
 	st, _ := slots.Load()
@@ -200,7 +143,7 @@ func TestGCSlots(t *testing.T) {
 		t.Errorf("slot at 2 lost with horizon %d", st.Horizon)
 	}
 	// Past the retain-max it goes anyway, and the slot is lost.
-	res, err = GC(ctx, e.j, e.store, GCOptions{Retain: time.Hour, RetainMax: 12 * time.Hour, Slots: slots}, day)
+	res, err = GC(ctx, e.J, e.Store, GCOptions{Retain: time.Hour, RetainMax: 12 * time.Hour, Slots: slots}, day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,8 +155,8 @@ func TestGCSlots(t *testing.T) {
 		t.Errorf("slot at 2 not lost with horizon %d", st.Horizon)
 	}
 	lost, err := slot.FirstLost(ctx, func(_ context.Context, from, to uint64, fn func(*journal.Event) error) error {
-		return e.j.Range(from, to, fn)
-	}, 0, st.Horizon, func(cm string) bool { _, err := e.store.Lookup(cm); return err == nil })
+		return e.J.Range(from, to, fn)
+	}, 0, st.Horizon, func(cm string) bool { _, err := e.Store.Lookup(cm); return err == nil })
 	if err != nil || lost != nil {
 		// Neither content was added by an event: nothing to reproduce.
 		t.Errorf("FirstLost = %+v, %v, want nil", lost, err)
@@ -223,11 +166,11 @@ func TestGCSlots(t *testing.T) {
 // TestGCNoSlots: without slots gc goes by age alone, and every event up
 // to the newest is behind the horizon once it removed something.
 func TestGCNoSlots(t *testing.T) {
-	e := newEnv(t)
-	f := e.preserve(t, "content")
-	e.append(t, &journal.Event{Type: journal.Delete, Path: f.Path, Files: []journal.File{f}})
-	slots := slot.Open(e.dir)
-	res, err := GC(context.Background(), e.j, e.store, GCOptions{Retain: time.Hour, Slots: slots}, time.Now().Add(2*time.Hour))
+	e := upkeeptest.New(t)
+	f := e.Preserve(t, "content")
+	e.Append(t, &journal.Event{Type: journal.Delete, Path: f.Path, Files: []journal.File{f}})
+	slots := slot.Open(e.Dir)
+	res, err := GC(context.Background(), e.J, e.Store, GCOptions{Retain: time.Hour, Slots: slots}, time.Now().Add(2*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
