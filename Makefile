@@ -4,10 +4,10 @@ GO      ?= go
 GOPATH  := $(shell $(GO) env GOPATH)
 export PATH := $(PATH):$(GOPATH)/bin:/root/go/bin
 
-UNIT        := ./internal/... ./journal/... ./cmroot/... ./control/... ./protect/... ./fs/... ./slot/... ./repl/... ./source/... ./container/... ./peer/... ./ingest/... ./cluster/... ./cmd/... ./bench/...
+UNIT        := ./internal/... ./journal/... ./cmroot/... ./upkeep/... ./control/... ./protect/... ./fs/... ./slot/... ./repl/... ./source/... ./container/... ./peer/... ./ingest/... ./cluster/... ./cmd/... ./bench/...
 INTEGRATION := ./integration/...
 
-.PHONY: all build test unit integration bench bench-deps demo proto proto-deps vet fmt clean
+.PHONY: all build test unit check-deps integration bench bench-deps demo proto proto-deps vet fmt clean
 
 all: build
 
@@ -20,8 +20,17 @@ build:
 # both built by build).
 test: build unit integration
 
-unit:
+unit: check-deps
 	$(GO) test -race $(UNIT)
+
+# The sidecar never imports the FUSE adapter (DESIGN: imports point
+# downward): every import edge into go-fuse among what it is built from
+# is printed, and any makes the check fail.
+SIDECAR := ./cmd/replicad ./source ./repl ./ingest ./peer
+
+check-deps:
+	@edges=$$($(GO) list -deps -f '{{$$p := .ImportPath}}{{range .Imports}}{{$$p}} imports {{.}}{{"\n"}}{{end}}' $(SIDECAR) | grep ' imports github.com/hanwen/go-fuse' | grep -v '^github.com/hanwen/go-fuse' | sort -u); \
+	if [ -n "$$edges" ]; then echo "check-deps: the sidecar imports go-fuse:" >&2; echo "$$edges" >&2; exit 1; fi
 
 # gotestsum (a tool of go.mod) prints each test as it ends, so a long
 # integration run shows its progress; -count=1: they mount and start

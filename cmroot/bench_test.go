@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 )
 
 // BenchmarkPreserveMove measures Preserve(move) of 10k small files against
@@ -35,7 +35,7 @@ func BenchmarkPreserveMove(b *testing.B) {
 		for j := range files {
 			content := []byte(fmt.Sprintf("file %d of iteration %d", j, i))
 			paths[j] = filepath.Join(src, fmt.Sprint(j))
-			sums[j] = Sum(xxhash.Sum64(content))
+			sums[j] = checksum.Bytes(content)
 			sizes[j] = int64(len(content))
 			if err := os.WriteFile(paths[j], content, 0o644); err != nil {
 				b.Fatal(err)

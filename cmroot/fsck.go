@@ -3,13 +3,12 @@ package cmroot
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 )
 
 // Report is what Fsck found.
@@ -119,12 +118,11 @@ func (s *Store) checkEntry(path, name string, fi os.FileInfo) (bool, error) {
 	defer f.Close()
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
-	d := xxhash.New()
-	n, err := io.CopyBuffer(d, f, *bp)
+	n, got, err := checksum.Reader(f, *bp)
 	if err != nil {
 		return false, err
 	}
-	return n == size && Sum(d.Sum64()) == sum, nil
+	return n == size && got == sum, nil
 }
 
 // checkRecord compares name's index record with its file, and with repair

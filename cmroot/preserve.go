@@ -1,6 +1,7 @@
 package cmroot
 
 import (
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/durable"
 
 	"errors"
@@ -45,7 +46,7 @@ func (s *Store) Preserve(path, xxh64 string, size int64, move bool) (name string
 }
 
 func (s *Store) preserve(path, sum string, size int64, move bool) (string, bool, error) {
-	if !ValidSum(sum) || size < 0 {
+	if !checksum.Valid(sum) || size < 0 {
 		return "", false, fmt.Errorf("bad checksum %q or size %d", sum, size)
 	}
 	if s.isClosed() {
@@ -77,7 +78,7 @@ func (s *Store) preserve(path, sum string, size int64, move bool) (string, bool,
 		r := record{size: size, ino: fi.Sys().(*syscall.Stat_t).Ino, shared: true, preserved: now, refreshed: now}
 		if err := s.put(name, &r); err != nil {
 			if move {
-				err = errors.Join(err, renameNoReplace(dst, path))
+				err = errors.Join(err, durable.RenameNoReplace(dst, path))
 			} else {
 				err = errors.Join(err, os.Remove(dst))
 			}
@@ -217,7 +218,7 @@ func (s *Store) copyHashed(f *os.File, src io.ReaderAt) (int64, string, error) {
 			off += int64(n)
 		}
 		if rerr == io.EOF {
-			return off, Sum(d.Sum64()), nil
+			return off, checksum.Format(d.Sum64()), nil
 		}
 		if rerr != nil {
 			return off, "", rerr
@@ -405,7 +406,7 @@ func (s *Store) unpreserve(name, path string) error {
 		return err
 	}
 	src := s.Path(name)
-	err = renameNoReplace(src, path)
+	err = durable.RenameNoReplace(src, path)
 	if errors.Is(err, syscall.EXDEV) {
 		if err = s.restore(name, path, false); err == nil {
 			err = os.Remove(src)

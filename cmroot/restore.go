@@ -70,6 +70,6 @@ func (s *Store) restore(name, dst string, replace bool) error {
 			if replace {
 				return dst, os.Rename(tmp, dst)
 			}
-			return dst, renameNoReplace(tmp, dst)
+			return dst, durable.RenameNoReplace(tmp, dst)
 		})
 }

@@ -1,6 +1,7 @@
 package cmroot
 
 import (
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/durable"
 
 	"errors"
@@ -111,7 +112,7 @@ type sysOps struct {
 
 func defaultSys() sysOps {
 	return sysOps{
-		rename: renameNoReplace,
+		rename: durable.RenameNoReplace,
 		link:   os.Link,
 		write:  func(f *os.File, p []byte) (int, error) { return f.Write(p) },
 		now:    time.Now,
@@ -123,16 +124,10 @@ func Name(xxh64 string, size int64) string {
 	return xxh64 + "-" + strconv.FormatInt(size, 10)
 }
 
-// Sum formats an xxh64 digest as entry names and `xxhsum -H64` spell it.
-func Sum(d uint64) string { return fmt.Sprintf("%016x", d) }
-
-// SumOf returns the xxh64 checksum of b, as Sum formats it.
-func SumOf(b []byte) string { return Sum(xxhash.Sum64(b)) }
-
 // ParseName splits an entry name into its checksum and size; ok is false if
 // name is not an entry name.
 func ParseName(name string) (xxh64 string, size int64, ok bool) {
-	if len(name) < 18 || name[16] != '-' || !ValidSum(name[:16]) {
+	if len(name) < 18 || name[16] != '-' || !checksum.Valid(name[:16]) {
 		return "", 0, false
 	}
 	digits := name[17:]
@@ -149,21 +144,6 @@ func ParseName(name string) (xxh64 string, size int64, ok bool) {
 		return "", 0, false
 	}
 	return name[:16], size, true
-}
-
-// ValidSum says whether s is an xxh64 as entry names and events write it:
-// 16 lowercase hex digits, as `xxhsum -H64` prints.
-func ValidSum(s string) bool {
-	if len(s) != 16 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // Open opens or creates the store in dir. It fails with ErrInUse if another

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 )
 
 // newTestStore opens a store in a fresh temp directory. Its cleanup checks
@@ -115,7 +115,7 @@ func writeFile(t *testing.T, dir, name string, content []byte) (string, string) 
 	if err := os.WriteFile(p, content, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return p, Sum(xxhash.Sum64(content))
+	return p, checksum.Bytes(content)
 }
 
 func inode(t *testing.T, path string) uint64 {
@@ -367,7 +367,7 @@ func TestPreserveCopy(t *testing.T) {
 			s := newTestStore(t)
 			want := tt.want
 			if want == "" {
-				want = Sum(xxhash.Sum64(tt.content))
+				want = checksum.Bytes(tt.content)
 			}
 			p, _ := writeFile(t, t.TempDir(), "f", tt.content)
 			f, err := os.OpenFile(p, os.O_RDWR, 0)
@@ -955,7 +955,7 @@ func TestPreserveCopyOf(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	sum := SumOf(content)
+	sum := checksum.Bytes(content)
 	name, created, err := s.PreserveCopyOf(f, sum, int64(len(content)))
 	if err != nil || !created || name != Name(sum, int64(len(content))) {
 		t.Fatalf("PreserveCopyOf = %q %v %v", name, created, err)

@@ -102,7 +102,7 @@ func create(v *volume, id uint64, opts *Options, sync bool) (c *container, err e
 		return nil, err
 	}
 	dir := v.path(fmt.Sprint(id))
-	if err := renameNoReplace(tmp, dir); err != nil {
+	if err := durable.RenameNoReplace(tmp, dir); err != nil {
 		return nil, err
 	}
 	if sync {

@@ -216,7 +216,7 @@ func (im *importer) run(ctx context.Context, r io.Reader) (Descriptor, error) {
 		}
 	}
 	dst := v.path(strconv.FormatUint(im.id, 10))
-	if err := renameNoReplace(im.tmpDir, dst); err != nil {
+	if err := durable.RenameNoReplace(im.tmpDir, dst); err != nil {
 		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
 			return Descriptor{}, fmt.Errorf("%s: %w", dst, ErrExists)
 		}

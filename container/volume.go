@@ -125,22 +125,3 @@ func dirSize(dir string) int64 {
 	})
 	return n
 }
-
-// renameNoReplace renames oldpath to newpath, failing with EEXIST if
-// newpath exists: an import must never replace a container.
-func renameNoReplace(oldpath, newpath string) error {
-	err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.ENOTSUP) {
-		// No RENAME_NOREPLACE on this filesystem; the Store's importing
-		// set already keeps two renames of one id apart.
-		if _, lerr := os.Lstat(newpath); lerr == nil {
-			err = unix.EEXIST
-		} else {
-			return os.Rename(oldpath, newpath)
-		}
-	}
-	if err != nil {
-		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
-	}
-	return nil
-}

@@ -17,6 +17,7 @@ import (
 	"github.com/cmfs-project/cmfs/api/controlpb"
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/upkeep"
 )
 
 // Client talks to a mount's control socket.
@@ -109,27 +110,27 @@ func (c *Client) Events(ctx context.Context, from, to uint64, follow bool, fn fu
 			}
 			return fromStatus(err)
 		}
-		if err := fn(*p.Journal()); err != nil {
+		if err := fn(*EventFromProto(p)); err != nil {
 			return err
 		}
 	}
 }
 
-// Fsck runs Fsck inside the mount.
-func (c *Client) Fsck(ctx context.Context, repair bool) (Report, error) {
+// Fsck runs upkeep.FsckRetain inside the mount, with its retention.
+func (c *Client) Fsck(ctx context.Context, repair bool) (upkeep.Report, error) {
 	r, err := c.rpc.Fsck(ctx, &controlpb.FsckRequest{Repair: repair})
 	if err != nil {
-		return Report{}, fromStatus(err)
+		return upkeep.Report{}, fromStatus(err)
 	}
 	return reportFromProto(r), nil
 }
 
-// GC runs GC inside the mount; retain 0 means the mount's retention,
-// retainMax 0 DefaultRetainMax. Both are sent in whole seconds (a
+// GC runs upkeep.GC inside the mount; retain 0 means the mount's retention,
+// retainMax 0 upkeep.DefaultRetainMax. Both are sent in whole seconds (a
 // sub-second one rounds up, never to "the default").
-func (c *Client) GC(ctx context.Context, retain, retainMax time.Duration) (GCResult, error) {
+func (c *Client) GC(ctx context.Context, retain, retainMax time.Duration) (upkeep.GCResult, error) {
 	if retain < 0 || retainMax < 0 {
-		return GCResult{}, fmt.Errorf("%w: negative retention %s or retain-max %s", ErrInvalid, retain, retainMax)
+		return upkeep.GCResult{}, fmt.Errorf("%w: negative retention %s or retain-max %s", ErrInvalid, retain, retainMax)
 	}
 	secs := func(d time.Duration) int64 {
 		s := int64(d / time.Second)
@@ -140,9 +141,9 @@ func (c *Client) GC(ctx context.Context, retain, retainMax time.Duration) (GCRes
 	}
 	r, err := c.rpc.GC(ctx, &controlpb.GCRequest{RetainSeconds: secs(retain), RetainMaxSeconds: secs(retainMax)})
 	if err != nil {
-		return GCResult{}, fromStatus(err)
+		return upkeep.GCResult{}, fromStatus(err)
 	}
-	return GCResult{Removed: int(r.Removed), Bytes: r.Bytes, Pinned: int(r.Pinned), PinnedBytes: r.PinnedBytes, Horizon: r.Horizon}, nil
+	return upkeep.GCResult{Removed: int(r.Removed), Bytes: r.Bytes, Pinned: int(r.Pinned), PinnedBytes: r.PinnedBytes, Horizon: r.Horizon}, nil
 }
 
 // Entry is a cmroot entry and the path of its file.

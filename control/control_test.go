@@ -11,14 +11,13 @@ import (
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
-	"github.com/cmfs-project/cmfs/slot"
+	"github.com/cmfs-project/cmfs/upkeep"
+	"github.com/cmfs-project/cmfs/upkeep/upkeeptest"
 )
 
 // env is a journal, a store and a control server on a real unix socket.
 type env struct {
-	dir    string
-	j      *journal.Log
-	store  *cmroot.Store
+	*upkeeptest.Env
 	socket string
 	client *Client
 }
@@ -37,31 +36,17 @@ func socketDir(t *testing.T) string {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	dir := t.TempDir()
-	j, err := journal.Open(filepath.Join(dir, "journal.db"), journal.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := cmroot.Open(filepath.Join(dir, "cmroot"), cmroot.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{dir: dir, j: j, store: store, socket: filepath.Join(socketDir(t), "control.sock")}
+	e := &env{Env: upkeeptest.New(t), socket: filepath.Join(socketDir(t), "control.sock")}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	srv := NewServer(j, store, Info{Mountpoint: "/mnt/x", Backing: "/data/x", State: dir, CMRoot: store.Dir(), Retain: time.Hour})
+	srv := NewServer(e.J, e.Store, Info{Mountpoint: "/mnt/x", Backing: "/data/x", State: e.Dir, CMRoot: e.Store.Dir(), Retain: time.Hour})
 	go func() { done <- srv.Serve(ctx, e.socket) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-		if err := j.Verify(); err != nil {
-			t.Errorf("journal Verify: %v", err)
-		}
-		store.Close()
-		j.Close()
 	})
 	waitSocket(t, e.socket)
 
@@ -91,34 +76,6 @@ func waitSocket(t *testing.T, path string) {
 	}
 }
 
-// preserve stores content in cmroot and returns its entry name.
-func (e *env) preserve(t *testing.T, content string) journal.File {
-	t.Helper()
-	p := filepath.Join(e.dir, "victim")
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sum := journal.Sum([]byte(content))
-	name, _, err := e.store.Preserve(p, sum, int64(len(content)), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return journal.File{Path: "sales.db/orders/part-0", Size: int64(len(content)), XXH64: sum, CM: name}
-}
-
-func (e *env) append(t *testing.T, evs ...*journal.Event) {
-	t.Helper()
-	for _, ev := range evs {
-		ev.Stamp()
-		if ev.Files == nil {
-			ev.Files = []journal.File{}
-		}
-	}
-	if err := e.j.Append(context.Background(), evs...); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func collect(t *testing.T, c *Client, from, to uint64) []journal.Event {
 	t.Helper()
 	var got []journal.Event
@@ -145,8 +102,8 @@ func TestSocketMode(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	e := newEnv(t)
-	f := e.preserve(t, "hello")
-	e.append(t,
+	f := e.Preserve(t, "hello")
+	e.Append(t,
 		&journal.Event{Type: journal.CreateDatabase, Path: "sales.db"},
 		&journal.Event{Type: journal.Delete, Path: f.Path, Files: []journal.File{f}},
 	)
@@ -154,7 +111,7 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Status{Mountpoint: "/mnt/x", Backing: "/data/x", State: e.dir, CMRoot: e.store.Dir(),
+	want := Status{Mountpoint: "/mnt/x", Backing: "/data/x", State: e.Dir, CMRoot: e.Store.Dir(),
 		PID: os.Getpid(), LastEventID: 2, CMEntries: 1, CMBytes: 5}
 	if st != want {
 		t.Errorf("Status = %+v, want %+v", st, want)
@@ -163,8 +120,8 @@ func TestStatus(t *testing.T) {
 
 func TestEventsRange(t *testing.T) {
 	e := newEnv(t)
-	f := e.preserve(t, "orders")
-	e.append(t,
+	f := e.Preserve(t, "orders")
+	e.Append(t,
 		&journal.Event{Type: journal.CreateDatabase, Path: "sales.db"},
 		&journal.Event{Type: journal.CreateTable, Path: "sales.db/orders"},
 		&journal.Event{Type: journal.Delete, Path: f.Path, Files: []journal.File{f}},
@@ -194,7 +151,7 @@ func TestEventsRange(t *testing.T) {
 	}
 
 	got := collect(t, e.client, 3, 4)
-	want, err := e.j.Get(3)
+	want, err := e.J.Get(3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +175,7 @@ func TestEventsEmptyRange(t *testing.T) {
 
 func TestEventsFollow(t *testing.T) {
 	e := newEnv(t)
-	e.append(t, &journal.Event{Type: journal.Mkdir, Path: "a"})
+	e.Append(t, &journal.Event{Type: journal.Mkdir, Path: "a"})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -246,7 +203,7 @@ func TestEventsFollow(t *testing.T) {
 	if ev := next(); ev.ID != 1 {
 		t.Fatalf("first id = %d, want 1", ev.ID)
 	}
-	e.append(t, &journal.Event{Type: journal.Mkdir, Path: "b"}, &journal.Event{Type: journal.Mkdir, Path: "c"})
+	e.Append(t, &journal.Event{Type: journal.Mkdir, Path: "b"}, &journal.Event{Type: journal.Mkdir, Path: "c"})
 	if ev := next(); ev.ID != 2 || ev.Path != "b" {
 		t.Fatalf("second = %d %s, want 2 b", ev.ID, ev.Path)
 	}
@@ -269,8 +226,8 @@ func TestEventsFollowUntilTo(t *testing.T) {
 			return nil
 		})
 	}()
-	e.append(t, &journal.Event{Type: journal.Mkdir, Path: "a"})
-	e.append(t, &journal.Event{Type: journal.Mkdir, Path: "b"}, &journal.Event{Type: journal.Mkdir, Path: "c"})
+	e.Append(t, &journal.Event{Type: journal.Mkdir, Path: "a"})
+	e.Append(t, &journal.Event{Type: journal.Mkdir, Path: "b"}, &journal.Event{Type: journal.Mkdir, Path: "c"})
 	select {
 	case err := <-done:
 		if err != nil {
@@ -286,10 +243,10 @@ func TestEventsFollowUntilTo(t *testing.T) {
 
 func TestFsck(t *testing.T) {
 	e := newEnv(t)
-	kept := e.preserve(t, "kept")
-	e.preserve(t, "orphan")
+	kept := e.Preserve(t, "kept")
+	e.Preserve(t, "orphan")
 	gone := journal.File{Path: "sales.db/orders/part-1", Size: 4, XXH64: journal.Sum([]byte("gone")), CM: cmroot.Name(journal.Sum([]byte("gone")), 4)}
-	e.append(t,
+	e.Append(t,
 		&journal.Event{Type: journal.Delete, Path: kept.Path, Files: []journal.File{kept}},
 		&journal.Event{Type: journal.Delete, Path: gone.Path, Files: []journal.File{gone}},
 	)
@@ -300,13 +257,6 @@ func TestFsck(t *testing.T) {
 	if r.Entries != 2 || r.Referenced != 2 || len(r.Orphans) != 1 || !equal(r.Missing, []string{gone.CM}) || r.OK() {
 		t.Errorf("Fsck = %+v, want 2 entries, 2 referenced, 1 orphan, missing %s, not OK", r, gone.CM)
 	}
-	direct, err := Fsck(e.j, e.store, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if direct.Entries != r.Entries || len(direct.Missing) != len(r.Missing) {
-		t.Errorf("direct Fsck = %+v, remote %+v", direct, r)
-	}
 	r, err = e.client.Fsck(context.Background(), true)
 	if err != nil {
 		t.Fatal(err)
@@ -314,22 +264,12 @@ func TestFsck(t *testing.T) {
 	if !r.Repaired || !equal(r.Remaining, []string{gone.CM}) || r.OK() {
 		t.Errorf("Fsck repair = %+v, want the missing entry remaining", r)
 	}
-	// Once the events are older than the retention, gc may have removed
-	// the entry: expired, not missing.
-	later := time.Now().Add(cmroot.DefaultRetain + time.Hour)
-	r, err = FsckRetain(e.j, e.store, true, cmroot.DefaultRetain, later)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Missing) != 0 || !equal(r.Expired, []string{gone.CM}) || !r.OK() {
-		t.Errorf("FsckRetain a day later = %+v, want %s expired and OK", r, gone.CM)
-	}
 }
 
 func TestFsckClean(t *testing.T) {
 	e := newEnv(t)
-	f := e.preserve(t, "x")
-	e.append(t, &journal.Event{Type: journal.Delete, Path: f.Path, Files: []journal.File{f}})
+	f := e.Preserve(t, "x")
+	e.Append(t, &journal.Event{Type: journal.Delete, Path: f.Path, Files: []journal.File{f}})
 	r, err := e.client.Fsck(context.Background(), true)
 	if err != nil {
 		t.Fatal(err)
@@ -341,14 +281,14 @@ func TestFsckClean(t *testing.T) {
 
 func TestGC(t *testing.T) {
 	e := newEnv(t)
-	e.preserve(t, "aaaa")
-	e.preserve(t, "bbbbbb")
+	e.Preserve(t, "aaaa")
+	e.Preserve(t, "bbbbbb")
 	// The mount's retention (1h) keeps both.
 	res, err := e.client.GC(context.Background(), 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res != (GCResult{}) {
+	if res != (upkeep.GCResult{}) {
 		t.Errorf("GC(default) = %+v, want nothing removed", res)
 	}
 	// Sub-second retention rounds up to 1s: wait it out.
@@ -357,10 +297,10 @@ func TestGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (GCResult{Removed: 2, Bytes: 10}); res != want {
+	if want := (upkeep.GCResult{Removed: 2, Bytes: 10}); res != want {
 		t.Errorf("GC = %+v, want %+v", res, want)
 	}
-	if n, b := e.store.Stats(); n != 0 || b != 0 {
+	if n, b := e.Store.Stats(); n != 0 || b != 0 {
 		t.Errorf("Stats after GC = %d, %d, want 0, 0", n, b)
 	}
 	if _, err := e.client.GC(context.Background(), -time.Second, 0); !errors.Is(err, ErrInvalid) {
@@ -370,7 +310,7 @@ func TestGC(t *testing.T) {
 
 func TestLookup(t *testing.T) {
 	e := newEnv(t)
-	f := e.preserve(t, "content")
+	f := e.Preserve(t, "content")
 	got, err := e.client.Lookup(context.Background(), f.CM)
 	if err != nil {
 		t.Fatal(err)
@@ -401,11 +341,11 @@ func TestServeStaleSocket(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- NewServer(e.j, e.store, Info{}).Serve(ctx, sock) }()
+	go func() { done <- NewServer(e.J, e.Store, Info{}).Serve(ctx, sock) }()
 	waitSocket(t, sock)
 
 	// A second server on a live socket is refused.
-	if err := NewServer(e.j, e.store, Info{}).Serve(context.Background(), sock); err == nil {
+	if err := NewServer(e.J, e.Store, Info{}).Serve(context.Background(), sock); err == nil {
 		t.Error("second Serve on a live socket succeeded")
 	}
 	cancel()
@@ -423,7 +363,7 @@ func TestServeNotSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnv(t)
-	if err := NewServer(e.j, e.store, Info{}).Serve(context.Background(), path); err == nil {
+	if err := NewServer(e.J, e.Store, Info{}).Serve(context.Background(), path); err == nil {
 		t.Error("Serve over a regular file succeeded")
 	}
 }
@@ -433,7 +373,7 @@ func TestServeStopsFollowers(t *testing.T) {
 	sock := filepath.Join(socketDir(t), "c.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- NewServer(e.j, e.store, Info{}).Serve(ctx, sock) }()
+	go func() { done <- NewServer(e.J, e.Store, Info{}).Serve(ctx, sock) }()
 	waitSocket(t, sock)
 	c, err := Dial(sock)
 	if err != nil {
@@ -477,74 +417,4 @@ func equal[T comparable](a, b []T) bool {
 		}
 	}
 	return true
-}
-
-// TestGCSlots: gc keeps what a slot's destination still needs past the
-// retention, drops it past the retain-max, and raises the horizon past
-// every event naming what it removed.
-func TestGCSlots(t *testing.T) {
-	ctx := context.Background()
-	e := newEnv(t)
-	slots := slot.Open(e.dir)
-	old := e.preserve(t, "old content")
-	mid := e.preserve(t, "mid content")
-	e.append(t,
-		&journal.Event{Type: journal.Delete, Path: old.Path, Files: []journal.File{old}}, // 1
-		&journal.Event{Type: journal.Mkdir, Path: "x"},                                   // 2
-		&journal.Event{Type: journal.Delete, Path: mid.Path, Files: []journal.File{mid}}, // 3
-	)
-	if _, _, err := slots.Advance("r1", 2, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	day := time.Now().Add(24 * time.Hour)
-	// r1 has loaded event 2: it still needs what event 3 names, not 1.
-	res, err := GC(ctx, e.j, e.store, GCOptions{Retain: time.Hour, RetainMax: 48 * time.Hour, Slots: slots}, day)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (GCResult{Removed: 1, Bytes: old.Size, Pinned: 1, PinnedBytes: mid.Size, Horizon: 2}); res != want {
-		t.Errorf("GC with a slot at 2 = %+v, want %+v", res, want)
-	}
-	if _, err := e.store.Lookup(mid.CM); err != nil {
-		t.Errorf("the entry the slot needs is gone: %v", err)
-	}
-	st, _ := slots.Load()
-	if r1, _ := st.Find("r1"); st.Lost(r1) {
-		t.Errorf("slot at 2 lost with horizon %d", st.Horizon)
-	}
-	// Past the retain-max it goes anyway, and the slot is lost.
-	res, err = GC(ctx, e.j, e.store, GCOptions{Retain: time.Hour, RetainMax: 12 * time.Hour, Slots: slots}, day)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (GCResult{Removed: 1, Bytes: mid.Size, Horizon: 3}); res != want {
-		t.Errorf("GC past the retain-max = %+v, want %+v", res, want)
-	}
-	st, _ = slots.Load()
-	if r1, _ := st.Find("r1"); !st.Lost(r1) {
-		t.Errorf("slot at 2 not lost with horizon %d", st.Horizon)
-	}
-	lost, err := slot.FirstLost(ctx, func(_ context.Context, from, to uint64, fn func(*journal.Event) error) error {
-		return e.j.Range(from, to, fn)
-	}, 0, st.Horizon, func(cm string) bool { _, err := e.store.Lookup(cm); return err == nil })
-	if err != nil || lost != nil {
-		// Neither content was added by an event: nothing to reproduce.
-		t.Errorf("FirstLost = %+v, %v, want nil", lost, err)
-	}
-}
-
-// TestGCNoSlots: without slots gc goes by age alone, and every event up
-// to the newest is behind the horizon once it removed something.
-func TestGCNoSlots(t *testing.T) {
-	e := newEnv(t)
-	f := e.preserve(t, "content")
-	e.append(t, &journal.Event{Type: journal.Delete, Path: f.Path, Files: []journal.File{f}})
-	slots := slot.Open(e.dir)
-	res, err := GC(context.Background(), e.j, e.store, GCOptions{Retain: time.Hour, Slots: slots}, time.Now().Add(2*time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (GCResult{Removed: 1, Bytes: f.Size, Horizon: 1}); res != want {
-		t.Errorf("GC = %+v, want %+v", res, want)
-	}
 }

@@ -4,6 +4,9 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/api/controlpb"
+	"github.com/cmfs-project/cmfs/api/eventpb"
+	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/upkeep"
 )
 
 func unixNano(t time.Time) int64 {
@@ -20,7 +23,7 @@ func fromUnixNano(ns int64) time.Time {
 	return time.Unix(0, ns).UTC()
 }
 
-func reportToProto(r Report) *controlpb.FsckResponse {
+func reportToProto(r upkeep.Report) *controlpb.FsckResponse {
 	return &controlpb.FsckResponse{
 		Entries:    int64(r.Entries),
 		Orphans:    r.Orphans,
@@ -34,8 +37,8 @@ func reportToProto(r Report) *controlpb.FsckResponse {
 	}
 }
 
-func reportFromProto(p *controlpb.FsckResponse) Report {
-	return Report{
+func reportFromProto(p *controlpb.FsckResponse) upkeep.Report {
+	return upkeep.Report{
 		Entries:    int(p.Entries),
 		Orphans:    p.Orphans,
 		Missing:    p.Missing,
@@ -46,4 +49,52 @@ func reportFromProto(p *controlpb.FsckResponse) Report {
 		Remaining:  p.Remaining,
 		Expired:    p.Expired,
 	}
+}
+
+// EventToProto returns e as it travels, on the control socket and from
+// replicad's Source service alike.
+func EventToProto(e *journal.Event) *eventpb.Event {
+	p := &eventpb.Event{
+		Id:        e.ID,
+		Type:      string(e.Type),
+		Path:      e.Path,
+		NewPath:   e.NewPath,
+		Db:        e.DB,
+		Table:     e.Table,
+		Partition: e.Partition,
+		Target:    e.Target,
+		Files:     make([]*eventpb.File, len(e.Files)),
+	}
+	if !e.Time.IsZero() {
+		p.TimeUnixNano = e.Time.UnixNano()
+	}
+	for i, f := range e.Files {
+		p.Files[i] = &eventpb.File{Path: f.Path, Size: f.Size, Xxh64: f.XXH64, Cm: f.CM}
+	}
+	return p
+}
+
+// EventFromProto returns the journal event p carries. An event without
+// files has nil Files, as the journal keeps it ("files":null in its JSON).
+func EventFromProto(p *eventpb.Event) *journal.Event {
+	e := &journal.Event{
+		ID:        p.Id,
+		Type:      journal.Type(p.Type),
+		Path:      p.Path,
+		NewPath:   p.NewPath,
+		DB:        p.Db,
+		Table:     p.Table,
+		Partition: p.Partition,
+		Target:    p.Target,
+	}
+	if p.TimeUnixNano != 0 {
+		e.Time = time.Unix(0, p.TimeUnixNano).UTC()
+	}
+	if len(p.Files) > 0 {
+		e.Files = make([]journal.File, len(p.Files))
+	}
+	for i, f := range p.Files {
+		e.Files[i] = journal.File{Path: f.Path, Size: f.Size, XXH64: f.Xxh64, CM: f.Cm}
+	}
+	return e
 }

@@ -1,13 +1,9 @@
 // Package control is the mount's control socket: a gRPC service on a unix
 // socket in the state directory through which sidecars and the CLI reach
 // the journal and cmroot while a mount holds them (status, a range or a
-// live tail of events, fsck, gc, entry lookup).
-//
-// It also holds the logic those operations share with the unmounted CLI,
-// which opens the journal and the store directly: Walk (range and follow),
-// Fsck (cmroot against every name the journal references) and GC (by age,
-// keeping what the replication slots of package slot still need, up to a
-// retain-max).
+// live tail of events, fsck, gc, entry lookup). It is the transport only:
+// what those operations do is package upkeep's, which the unmounted CLI
+// calls directly.
 //
 // The socket is created mode 0600, and a connection is accepted only from
 // a process of the mount's uid or root (SO_PEERCRED), whatever the mode

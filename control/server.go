@@ -1,8 +1,6 @@
 package control
 
 import (
-	"github.com/cmfs-project/cmfs/api/eventpb"
-
 	"context"
 	"errors"
 	"fmt"
@@ -16,9 +14,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cmfs-project/cmfs/api/controlpb"
+	"github.com/cmfs-project/cmfs/api/eventpb"
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/slot"
+	"github.com/cmfs-project/cmfs/upkeep"
 )
 
 // Info describes the mount a Server serves.
@@ -179,8 +179,8 @@ func (s *Server) Events(req *controlpb.EventsRequest, stream grpc.ServerStreamin
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	defer context.AfterFunc(s.life, cancel)()
-	err := Walk(ctx, s.j, req.From, req.To, req.Follow, func(e *journal.Event) error {
-		return stream.Send(eventpb.FromJournal(e))
+	err := upkeep.Walk(ctx, s.j, req.From, req.To, req.Follow, func(e *journal.Event) error {
+		return stream.Send(EventToProto(e))
 	})
 	if err != nil && s.life.Err() != nil && stream.Context().Err() == nil {
 		// The mount is going away, not the client: end the stream cleanly.
@@ -193,7 +193,7 @@ func (s *Server) Events(req *controlpb.EventsRequest, stream grpc.ServerStreamin
 func (s *Server) Fsck(ctx context.Context, req *controlpb.FsckRequest) (*controlpb.FsckResponse, error) {
 	s.maint.Lock()
 	defer s.maint.Unlock()
-	r, err := FsckRetain(s.j, s.store, req.Repair, s.retain(), time.Now())
+	r, err := upkeep.FsckRetain(s.j, s.store, req.Repair, s.retain(), time.Now())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -208,8 +208,8 @@ func (s *Server) GC(ctx context.Context, req *controlpb.GCRequest) (*controlpb.G
 	}
 	s.maint.Lock()
 	defer s.maint.Unlock()
-	opts := GCOptions{Retain: retain, RetainMax: time.Duration(req.RetainMaxSeconds) * time.Second, Slots: s.slots}
-	res, err := GC(ctx, s.j, s.store, opts, time.Now())
+	opts := upkeep.GCOptions{Retain: retain, RetainMax: time.Duration(req.RetainMaxSeconds) * time.Second, Slots: s.slots}
+	res, err := upkeep.GC(ctx, s.j, s.store, opts, time.Now())
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -4,16 +4,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/cmfs-project/cmfs/protect"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 )
-
-// DefaultExcludes are the engine scratch paths that are not protected
-// (protect.DefaultExcludes).
-var DefaultExcludes = protect.DefaultExcludes
-
-// RestoreStagingPrefix starts the name of the directory `cmfs restore`
-// stages a restored original in (protect.RestoreStagingPrefix).
-const RestoreStagingPrefix = protect.RestoreStagingPrefix
 
 // Config says what to mount and how.
 type Config struct {
@@ -27,7 +19,7 @@ type Config struct {
 	// Retain is cmroot's retention.
 	Retain time.Duration
 	// Exclude lists globs of path components that are not protected;
-	// nil means DefaultExcludes.
+	// nil means statedir.DefaultExcludes.
 	Exclude []string
 	// AllowOther lets other users use the mount (implies
 	// default_permissions).
@@ -41,24 +33,16 @@ type Config struct {
 	JournalReserve int64
 }
 
-// Paths inside the state directory.
-const (
-	JournalFile = "journal.db"
-	SocketFile  = "control.sock"
-	CMRootDir   = "cmroot"
-	StateDir    = ".cmfs" // default state directory name inside the backing directory
-)
-
 // WithDefaults returns cfg with every unset field filled in.
 func (cfg Config) WithDefaults() Config {
 	if cfg.State == "" {
-		cfg.State = filepath.Join(cfg.Backing, StateDir)
+		cfg.State = filepath.Join(cfg.Backing, statedir.Name)
 	}
 	if cfg.CMRoot == "" {
-		cfg.CMRoot = filepath.Join(cfg.State, CMRootDir)
+		cfg.CMRoot = filepath.Join(cfg.State, statedir.CMRootDir)
 	}
 	if cfg.Exclude == nil {
-		cfg.Exclude = DefaultExcludes
+		cfg.Exclude = statedir.DefaultExcludes
 	}
 	return cfg
 }

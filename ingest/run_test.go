@@ -10,7 +10,7 @@ import (
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/control"
-	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 	"github.com/cmfs-project/cmfs/source"
@@ -29,12 +29,12 @@ func TestRunFollowsJournal(t *testing.T) {
 		name := map[bool]string{true: "mounted", false: "unmounted"}[mounted]
 		t.Run(name, func(t *testing.T) {
 			backing := t.TempDir()
-			state := filepath.Join(backing, cmfs.StateDir)
-			cmr := filepath.Join(state, cmfs.CMRootDir)
+			state := filepath.Join(backing, statedir.Name)
+			cmr := filepath.Join(state, statedir.CMRootDir)
 			if err := os.MkdirAll(cmr, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			jpath := filepath.Join(state, cmfs.JournalFile)
+			jpath := filepath.Join(state, statedir.JournalFile)
 			appendEvent := startJournal(t, jpath)
 			if mounted {
 				appendEvent = startControl(t, state, jpath, cmr)
@@ -147,7 +147,7 @@ func startControl(t *testing.T, state, jpath, cmr string) func(...*journal.Event
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- control.NewServer(j, store, control.Info{State: state}).Serve(ctx, filepath.Join(state, cmfs.SocketFile))
+		done <- control.NewServer(j, store, control.Info{State: state}).Serve(ctx, filepath.Join(state, statedir.SocketFile))
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -159,7 +159,7 @@ func startControl(t *testing.T, state, jpath, cmr string) func(...*journal.Event
 	})
 	// Answering, as a mount is once its mount point is ready.
 	deadline := time.Now().Add(10 * time.Second)
-	for !answers(filepath.Join(state, cmfs.SocketFile)) {
+	for !answers(filepath.Join(state, statedir.SocketFile)) {
 		if time.Now().After(deadline) {
 			t.Fatal("the control socket does not answer within 10s")
 		}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 )
 
 // Type says what an event did. Warehouse types are used where the path is
@@ -76,20 +76,12 @@ type Event struct {
 	Files  []File `json:"files"`
 }
 
-// Sum returns the xxh64 of b as the 16 lowercase hex digits that
-// `xxhsum -H64` prints.
-func Sum(b []byte) string { return FormatSum(xxhash.Sum64(b)) }
+// Sum returns the xxh64 of b as File.XXH64 holds it (checksum.Bytes).
+func Sum(b []byte) string { return checksum.Bytes(b) }
 
-// FormatSum formats an xxh64 digest as 16 lowercase hex digits (as
-// %016x would, without fmt's cost: it runs once per file of a listing).
-func FormatSum(s uint64) string {
-	var b [16]byte
-	for i := len(b) - 1; i >= 0; i-- {
-		b[i] = hex[s&0xf]
-		s >>= 4
-	}
-	return string(b[:])
-}
+// FormatSum spells an xxh64 digest as File.XXH64 holds it
+// (checksum.Format).
+func FormatSum(s uint64) string { return checksum.Format(s) }
 
 // Level is where a path sits in the warehouse layout.
 type Level int

@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/cmfs-project/cmfs/internal/checksum"
 )
 
 // Bucket and key names of the on-disk layout (see the package doc).
@@ -88,22 +90,9 @@ func validate(e *Event) error {
 		if f.Size < 0 {
 			return fmt.Errorf("file %q: size %d", f.Path, f.Size)
 		}
-		if !validSum(f.XXH64) {
+		if !checksum.Valid(f.XXH64) {
 			return fmt.Errorf("file %q: xxh64 %q is not 16 lowercase hex digits", f.Path, f.XXH64)
 		}
 	}
 	return nil
-}
-
-func validSum(s string) bool {
-	if len(s) != 16 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }

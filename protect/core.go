@@ -16,24 +16,14 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/internal/checksum"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 	"golang.org/x/sys/unix"
 )
 
 // emptySum is the xxh64 of no bytes.
 var emptySum = journal.Sum(nil)
-
-// DefaultExcludes are the engine scratch paths that are not protected: a
-// job's temporary files never fill cmroot; the rename out of them into a
-// table is the event that matters. Each glob is matched against every
-// path component.
-var DefaultExcludes = []string{"_temporary", ".hive-staging*", ".spark-staging*", "_SUCCESS", "_started_*", "_committed_*"}
-
-// RestoreStagingPrefix starts the name of the directory `cmfs restore`
-// stages a restored original in, next to its destination. Such a
-// directory is always scratch space, and the rename out of it is
-// journaled as a RESTORE.
-const RestoreStagingPrefix = ".cmfs-restore-"
 
 // Options say what a Core protects and where it keeps its state.
 type Options struct {
@@ -43,7 +33,7 @@ type Options struct {
 	// directory replacement inodes are made in live there.
 	State string
 	// Exclude lists globs of path components that are not protected
-	// (nil: none; callers pass DefaultExcludes).
+	// (nil: none; callers pass statedir.DefaultExcludes).
 	Exclude []string
 	// Hidden lists directories (the state directory, cmroot) that are not
 	// part of the tree even when they lie inside Backing.
@@ -109,7 +99,7 @@ func (r Recovery) Findings(state string) string {
 		parts = append(parts, fmt.Sprintf("journaled %d change(s) a dead mount left without their events", r.Journaled))
 	}
 	if r.Damaged > 0 {
-		parts = append(parts, fmt.Sprintf("in-flight table %s: %d damaged record(s) ignored: changes a dead mount made then may be missing from the journal", filepath.Join(state, InflightFile), r.Damaged))
+		parts = append(parts, fmt.Sprintf("in-flight table %s: %d damaged record(s) ignored: changes a dead mount made then may be missing from the journal", filepath.Join(state, statedir.InflightFile), r.Damaged))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -144,7 +134,7 @@ func Open(ctx context.Context, opts Options, j *journal.Log, store *cmroot.Store
 	c.links = newLinkIndex(backing, func(rel string) bool { return c.isHidden(rel) || c.excluded(rel) }, c.treeLinks)
 	// Replacement inodes are made in the state directory when it shares
 	// the backing filesystem; elsewhere O_TRUNC copies the original.
-	tmp := filepath.Join(opts.State, "tmp")
+	tmp := filepath.Join(opts.State, statedir.TmpDir)
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, Recovery{}, err
 	}
@@ -153,7 +143,7 @@ func Open(ctx context.Context, opts Options, j *journal.Log, store *cmroot.Store
 		c.tmpDir = tmp
 		cleanDir(tmp)
 	}
-	t, left, damaged, err := openInflight(filepath.Join(opts.State, InflightFile))
+	t, left, damaged, err := openInflight(filepath.Join(opts.State, statedir.InflightFile))
 	if err != nil {
 		return nil, Recovery{}, fmt.Errorf("in-flight table: %w", err)
 	}
@@ -189,7 +179,7 @@ func (c *Core) excluded(rel string) bool {
 		return false
 	}
 	for _, comp := range strings.Split(rel, "/") {
-		if strings.HasPrefix(comp, RestoreStagingPrefix) {
+		if strings.HasPrefix(comp, statedir.RestoreStagingPrefix) {
 			return true
 		}
 		for _, g := range c.exclude {
@@ -204,7 +194,7 @@ func (c *Core) excluded(rel string) bool {
 // restoring says whether rel lies in a restore's staging directory.
 func restoring(rel string) bool {
 	for _, c := range strings.Split(rel, "/") {
-		if strings.HasPrefix(c, RestoreStagingPrefix) {
+		if strings.HasPrefix(c, statedir.RestoreStagingPrefix) {
 			return true
 		}
 	}
@@ -413,11 +403,8 @@ func hashReaderAt(f *os.File, size int64) (string, error) {
 	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
-	d := xxhash.New()
-	if _, err := io.CopyBuffer(d, io.NewSectionReader(f, 0, size), *bp); err != nil {
-		return "", err
-	}
-	return journal.FormatSum(d.Sum64()), nil
+	_, sum, err := checksum.Reader(io.NewSectionReader(f, 0, size), *bp)
+	return sum, err
 }
 
 // hashMapped hashes mapped file data. A file truncated by another writer

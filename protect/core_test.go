@@ -6,11 +6,12 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
 func TestExcluded(t *testing.T) {
-	c := &Core{exclude: DefaultExcludes}
+	c := &Core{exclude: statedir.DefaultExcludes}
 	for _, tc := range []struct {
 		rel  string
 		want bool

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/internal/failpoint"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -41,7 +42,7 @@ func openHarness(t *testing.T, backing string) *harness {
 		t.Fatal(err)
 	}
 	h.core, h.recovered, err = Open(context.Background(), Options{
-		Backing: backing, State: h.state, Exclude: DefaultExcludes,
+		Backing: backing, State: h.state, Exclude: statedir.DefaultExcludes,
 		Hidden: []string{h.state, filepath.Join(h.state, "cmroot")},
 	}, h.log, h.store)
 	if err != nil {

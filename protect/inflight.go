@@ -25,9 +25,6 @@ import (
 // loss the journal's own fsync is the guarantee (an acknowledged change has
 // its event).
 
-// InflightFile is the in-flight table's name in the state directory.
-const InflightFile = "inflight"
-
 const slotSize = 16 << 10 // two paths of PATH_MAX and the rest, as JSON
 
 // intent is a change under way: what to journal if it took effect.

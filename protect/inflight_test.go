@@ -8,11 +8,12 @@ import (
 	"testing"
 
 	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
 func TestInflightTable(t *testing.T) {
-	p := filepath.Join(t.TempDir(), InflightFile)
+	p := filepath.Join(t.TempDir(), statedir.InflightFile)
 	tab, left, _, err := openInflight(p)
 	if err != nil || len(left) != 0 {
 		t.Fatalf("fresh table: %v, %d left", err, len(left))
@@ -108,7 +109,7 @@ func TestRecover(t *testing.T) {
 }
 
 func TestInflightTableDamaged(t *testing.T) {
-	p := filepath.Join(t.TempDir(), InflightFile)
+	p := filepath.Join(t.TempDir(), statedir.InflightFile)
 	tab, _, _, err := openInflight(p)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -340,7 +341,7 @@ func (l *loader) holds(f journal.File) bool {
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size {
 		return false
 	}
-	_, sum, err := hashFile(p, make([]byte, 256<<10))
+	_, sum, err := checksum.File(p, make([]byte, 256<<10))
 	return err == nil && sum == f.XXH64
 }
 

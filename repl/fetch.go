@@ -1,8 +1,6 @@
 package repl
 
 import (
-	"github.com/cmfs-project/cmfs/cmroot"
-
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -18,6 +15,9 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/internal/checksum"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -42,12 +42,8 @@ type Fetcher interface {
 }
 
 // CMName is the name of the cmroot entry that holds f's content once it
-// has been preserved: "<xxh64>-<size>", as cmroot.Name spells it.
-func CMName(f journal.File) string { return f.XXH64 + "-" + strconv.FormatInt(f.Size, 10) }
-
-// stateDirName is the state directory cmfs keeps at the top of a backing
-// directory; it is never part of the replicated tree.
-const stateDirName = ".cmfs"
+// has been preserved (cmroot.Name).
+func CMName(f journal.File) string { return cmroot.Name(f.XXH64, f.Size) }
 
 // FetchStats counts what a Fetcher read at the source.
 type FetchStats struct {
@@ -86,7 +82,7 @@ func (l *LocalFetcher) Fetch(ctx context.Context, f journal.File) (io.ReadCloser
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if f.Size < 0 || !cmroot.ValidSum(f.XXH64) {
+	if f.Size < 0 || !checksum.Valid(f.XXH64) {
 		return nil, fmt.Errorf("fetch %s: bad size %d or xxh64 %q", f.Path, f.Size, f.XXH64)
 	}
 	if f.CM == "" {
@@ -134,7 +130,7 @@ func (l *LocalFetcher) openLive(rel string, size int64) (*os.File, error) {
 	if err := checkRel(rel); err != nil {
 		return nil, err
 	}
-	if first, _, _ := strings.Cut(rel, "/"); first == stateDirName {
+	if first, _, _ := strings.Cut(rel, "/"); first == statedir.Name {
 		return nil, fmt.Errorf("the state directory is not served: %w", ErrUnsafePath)
 	}
 	file, err := openBeneath(l.Root, rel)

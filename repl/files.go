@@ -1,8 +1,6 @@
 package repl
 
 import (
-	"github.com/cmfs-project/cmfs/cmroot"
-
 	"bufio"
 	"bytes"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -136,7 +135,7 @@ func ParseFile(line string) (journal.File, error) {
 	if err != nil {
 		return journal.File{}, err
 	}
-	if !cmroot.ValidSum(fields[2]) {
+	if !checksum.Valid(fields[2]) {
 		return journal.File{}, fmt.Errorf("bad xxh64 %q: want 16 lowercase hex digits", fields[2])
 	}
 	cm, err := Unescape(fields[3])

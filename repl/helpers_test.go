@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -266,7 +267,7 @@ func snapshot(t testing.TB, root string) map[string]string {
 		}
 		rel, _ := filepath.Rel(root, p)
 		rel = filepath.ToSlash(rel)
-		if rel == stateDirName || rel == stateFile || rel == stagingDir || rel == lockFile {
+		if rel == statedir.Name || rel == stateFile || rel == stagingDir || rel == lockFile {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}

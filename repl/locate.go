@@ -9,9 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/cmfs-project/cmfs/internal/backoff"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -191,9 +190,8 @@ func matchLive(live func(string, int64) (*os.File, error), rel string, f journal
 	if err != nil || file == nil {
 		return nil
 	}
-	h := xxhash.New()
-	n, err := io.CopyBuffer(h, io.LimitReader(file, f.Size+1), buf)
-	if err != nil || n != f.Size || journal.FormatSum(h.Sum64()) != f.XXH64 {
+	n, sum, err := checksum.Reader(io.LimitReader(file, f.Size+1), buf)
+	if err != nil || n != f.Size || sum != f.XXH64 {
 		file.Close()
 		return nil
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -13,9 +12,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/cespare/xxhash/v2"
-
-	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/internal/checksum"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 )
 
 // Tree is the current source tree, as a BOOTSTRAP dump lists it.
@@ -63,7 +61,7 @@ type LocalTree struct {
 var _ Tree = LocalTree{}
 
 // skipAtRoot are top-level names that are never part of the tree.
-var skipAtRoot = map[string]bool{stateDirName: true, stateFile: true, stagingDir: true, lockFile: true}
+var skipAtRoot = map[string]bool{statedir.Name: true, stateFile: true, stagingDir: true, lockFile: true}
 
 func (t LocalTree) excluded(rel string) bool {
 	if !strings.Contains(rel, "/") && skipAtRoot[rel] {
@@ -102,7 +100,7 @@ func (t LocalTree) Walk(ctx context.Context, fn func(Entry) error) error {
 			defer wg.Done()
 			buf := make([]byte, 256<<10)
 			for rel := range jobs {
-				size, sum, err := hashFile(filepath.Join(t.Root, filepath.FromSlash(rel)), buf)
+				size, sum, err := checksum.File(filepath.Join(t.Root, filepath.FromSlash(rel)), buf)
 				select {
 				case results <- hashed{Entry: Entry{Path: rel, Kind: EntryFile, Size: size, XXH64: sum}, err: err}:
 				case <-ctx.Done():
@@ -184,19 +182,4 @@ func (t LocalTree) Walk(ctx context.Context, fn func(Entry) error) error {
 		err = ctx.Err()
 	}
 	return err
-}
-
-// hashFile returns the size and xxh64 of the file at p.
-func hashFile(p string, buf []byte) (int64, string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return 0, "", err
-	}
-	defer f.Close()
-	h := xxhash.New()
-	n, err := io.CopyBuffer(h, f, buf)
-	if err != nil {
-		return 0, "", err
-	}
-	return n, journal.FormatSum(h.Sum64()), nil
 }

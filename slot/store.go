@@ -15,12 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cmfs-project/cmfs/internal/durable"
-)
-
-// Files in the state directory.
-const (
-	File     = "slots.json"
-	LockFile = "slots.lock"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 )
 
 // Errors returned by the package, wrapped with what was tried.
@@ -98,7 +93,7 @@ type Store struct {
 func Open(dir string) *Store { return &Store{dir: dir} }
 
 // Path is the slots file.
-func (s *Store) Path() string { return filepath.Join(s.dir, File) }
+func (s *Store) Path() string { return filepath.Join(s.dir, statedir.SlotsFile) }
 
 // CheckName refuses a slot name that cannot be one: empty, longer than
 // 200 bytes, not UTF-8, or with a control character.
@@ -217,7 +212,7 @@ func (s *Store) read() (State, error) {
 
 // locked runs fn holding the lock file with how (LOCK_EX).
 func (s *Store) locked(how int, fn func() error) error {
-	f, err := os.OpenFile(filepath.Join(s.dir, LockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(s.dir, statedir.SlotsLockFile), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("slots lock: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -55,7 +56,7 @@ func TestAdvanceDropDurable(t *testing.T) {
 	// No temp file left behind.
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		if e.Name() != File && e.Name() != LockFile {
+		if e.Name() != statedir.SlotsFile && e.Name() != statedir.SlotsLockFile {
 			t.Errorf("left in the state directory: %s", e.Name())
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/experimental"
 
 	"github.com/cmfs-project/cmfs/api/replpb"
+	"github.com/cmfs-project/cmfs/control"
 	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/window"
 	"github.com/cmfs-project/cmfs/journal"
@@ -389,7 +390,7 @@ func (c *Client) events(ctx context.Context, from, to uint64, follow bool, fn fu
 			}
 			return fmt.Errorf("source events: %w", fromStatus(err))
 		}
-		if err := fn(p.Journal()); err != nil {
+		if err := fn(control.EventFromProto(p)); err != nil {
 			return err
 		}
 	}

@@ -15,8 +15,9 @@ import (
 
 	"github.com/cmfs-project/cmfs/api/replpb"
 	"github.com/cmfs-project/cmfs/control"
-	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/upkeep"
 )
 
 // Retrying while the journal is locked and the control socket does not
@@ -54,7 +55,7 @@ func (s *Server) Events(req *replpb.EventsRequest, stream grpc.ServerStreamingSe
 	defer cancel()
 	defer context.AfterFunc(s.life, cancel)()
 	err := s.walk(ctx, req.From, req.To, req.Follow, func(e *journal.Event) error {
-		return stream.Send(eventpb.FromJournal(e))
+		return stream.Send(control.EventToProto(e))
 	})
 	if err != nil && s.life.Err() != nil && stream.Context().Err() == nil {
 		// The server is going away, not the client: end the stream cleanly.
@@ -77,8 +78,8 @@ func (s *Server) Status(ctx context.Context, _ *replpb.StatusRequest) (*replpb.S
 	}, nil
 }
 
-func (s *Server) socket() string      { return filepath.Join(s.cfg.State, cmfs.SocketFile) }
-func (s *Server) journalPath() string { return filepath.Join(s.cfg.State, cmfs.JournalFile) }
+func (s *Server) socket() string      { return filepath.Join(s.cfg.State, statedir.SocketFile) }
+func (s *Server) journalPath() string { return filepath.Join(s.cfg.State, statedir.JournalFile) }
 
 // last returns the newest event id, from the mount when one answers.
 func (s *Server) last(ctx context.Context) (last uint64, mounted bool, err error) {
@@ -229,7 +230,7 @@ func (s *Server) walkJournal(ctx context.Context, from, to uint64, follow bool, 
 		return err
 	}
 	defer j.Close()
-	err = control.Walk(ctx, j, from, to, follow, fn)
+	err = upkeep.Walk(ctx, j, from, to, follow, fn)
 	var fe *fnError
 	if !errors.As(err, &fe) && errors.Is(err, journal.ErrLocked) {
 		return &retryError{s.lockedErr()}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/api/replpb"
 	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -111,7 +112,7 @@ func (s *Server) openEntry(name string) (*os.File, error) {
 
 // checkRequest validates req and returns its path, cleaned ("" for none).
 func checkRequest(req *replpb.ReadFileRequest) (string, error) {
-	if !cmroot.ValidSum(req.Xxh64) {
+	if !checksum.Valid(req.Xxh64) {
 		return "", fmt.Errorf("xxh64 %q: want 16 lowercase hex digits: %w", req.Xxh64, ErrInvalid)
 	}
 	if req.Size < 0 {

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/experimental"
 
 	"github.com/cmfs-project/cmfs/api/replpb"
-	cmfs "github.com/cmfs-project/cmfs/fs"
 	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/bufpool"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/internal/window"
 )
@@ -80,13 +80,13 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	cfg.Backing = backing
 	if cfg.State == "" {
-		cfg.State = filepath.Join(backing, cmfs.StateDir)
+		cfg.State = filepath.Join(backing, statedir.Name)
 	}
 	if cfg.State, err = realDir("state directory", cfg.State); err != nil {
 		return nil, err
 	}
 	if cfg.CMRoot == "" {
-		cfg.CMRoot = filepath.Join(cfg.State, cmfs.CMRootDir)
+		cfg.CMRoot = filepath.Join(cfg.State, statedir.CMRootDir)
 	}
 	if cfg.CMRoot, err = realPath(cfg.CMRoot); err != nil {
 		return nil, err
@@ -99,7 +99,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.SourceID = host + ":" + backing
 	}
 	s := &Server{cfg: cfg}
-	defaultState, err := realPath(filepath.Join(backing, cmfs.StateDir))
+	defaultState, err := realPath(filepath.Join(backing, statedir.Name))
 	if err != nil {
 		return nil, err
 	}

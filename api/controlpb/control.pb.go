@@ -268,7 +268,7 @@ func (x *FsckRequest) GetRepair() bool {
 	return false
 }
 
-// FsckResponse mirrors control.Report: cmroot's report plus how many
+// FsckResponse mirrors upkeep.Report: cmroot's report plus how many
 // names the journal references and, after a repair, what is still wrong.
 type FsckResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`

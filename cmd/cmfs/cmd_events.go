@@ -15,6 +15,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/control"
 	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/upkeep"
 )
 
 type eventsOptions struct {
@@ -122,7 +123,7 @@ func walkFile(ctx context.Context, t target, from, to uint64, fn func(journal.Ev
 		return err
 	}
 	defer j.Close()
-	return control.Walk(ctx, j, from, to, false, func(e *journal.Event) error { return fn(*e) })
+	return upkeep.Walk(ctx, j, from, to, false, func(e *journal.Event) error { return fn(*e) })
 }
 
 // writeEvent prints one event as a line of text or JSON.

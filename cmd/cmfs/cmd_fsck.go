@@ -14,9 +14,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cmfs-project/cmfs/control"
+	"github.com/cmfs-project/cmfs/cmroot"
 	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/upkeep"
 )
 
 type fsckOptions struct {
@@ -63,7 +65,7 @@ func fsck(ctx context.Context, g *globalOptions, opts fsckOptions, args []string
 	if err != nil {
 		return err
 	}
-	var rep control.Report
+	var rep upkeep.Report
 	if c, _ := live(ctx, t); c != nil {
 		defer c.Close()
 		if rep, err = c.Fsck(ctx, opts.repair); err != nil {
@@ -87,7 +89,7 @@ func fsck(ctx context.Context, g *globalOptions, opts fsckOptions, args []string
 		if err := off.j.Verify(); err != nil {
 			return err
 		}
-		if rep, err = control.FsckRetain(off.j, off.store, opts.repair, t.record.Retention(), time.Now()); err != nil {
+		if rep, err = upkeep.FsckRetain(off.j, off.store, opts.repair, t.record.Retention(cmroot.DefaultRetain), time.Now()); err != nil {
 			return err
 		}
 	}
@@ -106,7 +108,7 @@ func fsck(ctx context.Context, g *globalOptions, opts fsckOptions, args []string
 	return nil
 }
 
-func nonNil(r control.Report) control.Report {
+func nonNil(r upkeep.Report) upkeep.Report {
 	for _, l := range []*[]string{&r.Orphans, &r.Missing, &r.Expired, &r.Corrupt, &r.Remaining} {
 		if *l == nil {
 			*l = []string{}
@@ -115,7 +117,7 @@ func nonNil(r control.Report) control.Report {
 	return r
 }
 
-func printReport(g *globalOptions, r control.Report) {
+func printReport(g *globalOptions, r upkeep.Report) {
 	w := g.stdout
 	fmt.Fprintf(w, "entries:    %d\n", r.Entries)
 	fmt.Fprintf(w, "referenced: %d\n", r.Referenced)
@@ -138,7 +140,7 @@ func printReport(g *globalOptions, r control.Report) {
 }
 
 // summarize is a one-line account of what fsck found.
-func summarize(r control.Report) string {
+func summarize(r upkeep.Report) string {
 	var parts []string
 	add := func(n int, what string) {
 		if n > 0 {
@@ -160,7 +162,7 @@ func summarize(r control.Report) string {
 }
 
 // problems says why a report is not OK.
-func problems(r control.Report) string {
+func problems(r upkeep.Report) string {
 	if r.Repaired {
 		return fmt.Sprintf("%d entries missing or corrupt after repair", len(r.Remaining))
 	}
@@ -177,7 +179,7 @@ func recoverOffline(ctx context.Context, t target) (protect.Recovery, error) {
 	if t.backing == "" {
 		return protect.Recovery{}, nil // never mounted: nothing can be in flight
 	}
-	j, err := journal.Open(filepath.Join(t.state, cmfs.JournalFile), journal.Options{LockTimeout: time.Second})
+	j, err := journal.Open(filepath.Join(t.state, statedir.JournalFile), journal.Options{LockTimeout: time.Second})
 	if err != nil {
 		return protect.Recovery{}, fmt.Errorf("open the journal for recovery: %w", err)
 	}

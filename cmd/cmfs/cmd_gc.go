@@ -11,8 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cmfs-project/cmfs/control"
+	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/slot"
+	"github.com/cmfs-project/cmfs/upkeep"
 )
 
 // days is a duration flag that also takes days ("7d", "1d12h").
@@ -77,7 +78,7 @@ can no longer reproduce and how to bootstrap again.`,
 	}
 	opts.addFlags(cmd)
 	cmd.Flags().DurationVar(&opts.retain, "retain", 0, "keep entries younger than this (default: the mount's retention)")
-	opts.retainMax = control.DefaultRetainMax
+	opts.retainMax = upkeep.DefaultRetainMax
 	cmd.Flags().Var((*days)(&opts.retainMax), "retain-max", "keep entries a replication slot needs at most this long (7d, 36h, ...)")
 	return cmd
 }
@@ -93,7 +94,7 @@ func runGC(ctx context.Context, g *globalOptions, opts gcOptions, args []string)
 	if opts.retainMax <= 0 {
 		return fmt.Errorf("--retain-max %s: must be positive", opts.retainMax)
 	}
-	var res control.GCResult
+	var res upkeep.GCResult
 	if c, _ := live(ctx, t); c != nil {
 		defer c.Close()
 		if res, err = c.GC(ctx, opts.retain, opts.retainMax); err != nil {
@@ -107,10 +108,10 @@ func runGC(ctx context.Context, g *globalOptions, opts gcOptions, args []string)
 		defer off.Close()
 		retain := opts.retain
 		if retain == 0 {
-			retain = t.record.Retention()
+			retain = t.record.Retention(cmroot.DefaultRetain)
 		}
-		gopts := control.GCOptions{Retain: retain, RetainMax: opts.retainMax, Slots: slot.Open(t.state)}
-		if res, err = control.GC(ctx, off.j, off.store, gopts, time.Now()); err != nil {
+		gopts := upkeep.GCOptions{Retain: retain, RetainMax: opts.retainMax, Slots: slot.Open(t.state)}
+		if res, err = upkeep.GC(ctx, off.j, off.store, gopts, time.Now()); err != nil {
 			return err
 		}
 	}

@@ -22,7 +22,9 @@ import (
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/control"
 	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/upkeep"
 )
 
 type mountOptions struct {
@@ -61,7 +63,7 @@ mount is ready; the background process logs to STATE/cmfs.log.`,
 	f.StringVar(&opts.cmroot, "cmroot", "", "cmroot `DIR` for preserved originals (default STATE/cmroot; keep it on the backing filesystem)")
 	f.DurationVar(&opts.retain, "retain", cmroot.DefaultRetain, "keep preserved originals at least this long")
 	f.StringArrayVar(&opts.exclude, "exclude", nil, "path component `GLOB` not to protect, added to the defaults (repeatable)")
-	f.BoolVar(&opts.noDefaultExcludes, "no-default-excludes", false, "protect engine scratch paths too ("+strings.Join(cmfs.DefaultExcludes, ", ")+")")
+	f.BoolVar(&opts.noDefaultExcludes, "no-default-excludes", false, "protect engine scratch paths too ("+strings.Join(statedir.DefaultExcludes, ", ")+")")
 	f.StringArrayVarP(&opts.options, "options", "o", nil, "mount `OPTS`, comma separated (allow_other implies default_permissions)")
 	f.BoolVar(&opts.daemon, "daemon", false, "run in the background; return once the mount is ready")
 	f.BoolVar(&opts.debug, "debug", false, "log every FUSE request to stderr")
@@ -97,13 +99,13 @@ func planMount(opts mountOptions, args []string) (mountPlan, error) {
 	if err != nil {
 		return p, err
 	}
-	state := filepath.Join(backing, cmfs.StateDir)
+	state := filepath.Join(backing, statedir.Name)
 	if opts.state != "" {
 		if state, err = filepath.Abs(opts.state); err != nil {
 			return p, err
 		}
 	}
-	cmrootDir := filepath.Join(state, cmfs.CMRootDir)
+	cmrootDir := filepath.Join(state, statedir.CMRootDir)
 	if opts.cmroot != "" {
 		if cmrootDir, err = filepath.Abs(opts.cmroot); err != nil {
 			return p, err
@@ -112,7 +114,7 @@ func planMount(opts mountOptions, args []string) (mountPlan, error) {
 	if opts.retain <= 0 {
 		return p, fmt.Errorf("--retain %s: must be positive", opts.retain)
 	}
-	excludes := append([]string{}, cmfs.DefaultExcludes...)
+	excludes := append([]string{}, statedir.DefaultExcludes...)
 	if opts.noDefaultExcludes {
 		excludes = []string{}
 	}
@@ -135,7 +137,7 @@ func planMount(opts mountOptions, args []string) (mountPlan, error) {
 	if within(cmrootDir, mnt) {
 		return p, fmt.Errorf("cmroot %s is inside the mountpoint %s", cmrootDir, mnt)
 	}
-	if sock := filepath.Join(state, cmfs.SocketFile); len(sock) > maxSocketPath {
+	if sock := filepath.Join(state, statedir.SocketFile); len(sock) > maxSocketPath {
 		return p, fmt.Errorf("state directory %s is too deep: the control socket path would be %d bytes, a unix socket allows %d", state, len(sock), maxSocketPath)
 	}
 	cfg := cmfs.Config{
@@ -208,7 +210,7 @@ func runMount(ctx context.Context, g *globalOptions, opts mountOptions, args []s
 // another mount holds it; a mount that is just exiting (or a reader) gets
 // a moment to let go.
 func openMountJournal(ctx context.Context, plan mountPlan) (*journal.Log, error) {
-	path := filepath.Join(plan.cfg.State, cmfs.JournalFile)
+	path := filepath.Join(plan.cfg.State, statedir.JournalFile)
 	j, err := journal.Open(path, journal.Options{Reserve: plan.cfg.JournalReserve})
 	if errors.Is(err, journal.ErrLocked) {
 		if c, st := live(ctx, plan.target()); c != nil {
@@ -253,7 +255,7 @@ func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (
 
 	// Crash recovery: bring cmroot and the journal back into agreement
 	// before anything new happens.
-	rep, err := control.FsckRetain(j, store, true, cfg.Retain, time.Now())
+	rep, err := upkeep.FsckRetain(j, store, true, cfg.Retain, time.Now())
 	if err != nil {
 		return fmt.Errorf("recovery fsck: %w", err)
 	}
@@ -261,7 +263,7 @@ func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (
 		fmt.Fprintf(g.stderr, "cmfs: recovery fsck: %s\n", summarize(rep))
 	}
 
-	if err := cmfs.WriteRecord(cfg.State, cmfs.Record{
+	if err := statedir.WriteRecord(cfg.State, statedir.Record{
 		Backing:    cfg.Backing,
 		Mountpoint: plan.mountpoint,
 		CMRoot:     cfg.CMRoot,
@@ -294,7 +296,7 @@ func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (
 		Retain:     cfg.Retain,
 	})
 	go func() {
-		ctlErr = srv.Serve(ctlCtx, filepath.Join(cfg.State, cmfs.SocketFile))
+		ctlErr = srv.Serve(ctlCtx, filepath.Join(cfg.State, statedir.SocketFile))
 		close(ctlDone)
 	}()
 	defer func() {
@@ -402,7 +404,7 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 	}
 	args = append(args, "--", cfg.Backing, plan.mountpoint)
 
-	logPath := filepath.Join(cfg.State, logFile)
+	logPath := filepath.Join(cfg.State, statedir.LogFile)
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("daemon log: %w", err)

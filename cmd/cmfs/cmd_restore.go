@@ -13,12 +13,12 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/control"
-	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/checksum"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -255,7 +255,7 @@ func existing(f journal.File, dst string, replace bool) (done bool, err error) {
 		return false, fmt.Errorf("restore %s: %w", f.Path, err)
 	}
 	if fi.Mode().IsRegular() && fi.Size() == f.Size {
-		if sum, err := fileSum(dst); err == nil && sum == f.XXH64 {
+		if _, sum, err := checksum.File(dst, nil); err == nil && sum == f.XXH64 {
 			return true, nil
 		}
 	}
@@ -267,7 +267,7 @@ func existing(f journal.File, dst string, replace bool) (done bool, err error) {
 
 // verify checks that the file at p holds the event's content.
 func verify(p string, f journal.File) error {
-	sum, err := fileSum(p)
+	_, sum, err := checksum.File(p, nil)
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", p, err)
 	}
@@ -275,19 +275,6 @@ func verify(p string, f journal.File) error {
 		return fmt.Errorf("restore %s: wrote content with xxh64 %s, the event says %s", f.Path, sum, f.XXH64)
 	}
 	return nil
-}
-
-func fileSum(p string) (string, error) {
-	r, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer r.Close()
-	h := xxhash.New()
-	if _, err := io.Copy(h, r); err != nil {
-		return "", err
-	}
-	return journal.FormatSum(h.Sum64()), nil
 }
 
 // copyVerified copies src to dst through a temp file: write, fsync,
@@ -310,7 +297,7 @@ func copyVerified(src, dst string, f journal.File) (err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("restore %s: %w", f.Path, err)
 	}
-	staging, err := os.MkdirTemp(dir, cmfs.RestoreStagingPrefix)
+	staging, err := os.MkdirTemp(dir, statedir.RestoreStagingPrefix)
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", f.Path, err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 )
 
 type umountOptions struct{}
@@ -92,8 +92,8 @@ func mountOwner(m mountEntry, mnt string) int {
 	if !filepath.IsAbs(m.Source) {
 		return 0
 	}
-	for _, state := range []string{filepath.Join(m.Source, cmfs.StateDir), m.Source} {
-		rec, err := cmfs.ReadRecord(state)
+	for _, state := range []string{filepath.Join(m.Source, statedir.Name), m.Source} {
+		rec, err := statedir.ReadRecord(state)
 		if err == nil && rec.Mountpoint == mnt && rec.PID > 0 {
 			return rec.PID
 		}

@@ -15,13 +15,8 @@ import (
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/control"
-	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
-)
-
-// Files the CLI keeps in the state directory, next to fs's.
-const (
-	logFile = "cmfs.log" // stderr of a --daemon mount
 )
 
 // maxSocketPath is the longest path a unix socket can bind (sun_path is
@@ -43,7 +38,7 @@ func (o *stateOptions) addFlags(cmd *cobra.Command) {
 type target struct {
 	state   string
 	backing string
-	record  cmfs.Record // zero unless the state has been mounted before
+	record  statedir.Record // zero unless the state has been mounted before
 }
 
 // resolve picks the state directory from --state or the first argument
@@ -68,13 +63,13 @@ func (o *stateOptions) resolve(args []string, keepRest bool) (target, []string, 
 		if err != nil {
 			return t, nil, err
 		}
-		t.backing, t.state = backing, filepath.Join(backing, cmfs.StateDir)
+		t.backing, t.state = backing, filepath.Join(backing, statedir.Name)
 		args = args[1:]
 		if !keepRest && len(args) > 0 {
 			return t, nil, fmt.Errorf("unexpected argument %q", args[0])
 		}
 	}
-	rec, err := cmfs.ReadRecord(t.state)
+	rec, err := statedir.ReadRecord(t.state)
 	if err != nil {
 		return t, nil, err
 	}
@@ -85,13 +80,13 @@ func (o *stateOptions) resolve(args []string, keepRest bool) (target, []string, 
 	return t, args, nil
 }
 
-func (t target) socket() string { return filepath.Join(t.state, cmfs.SocketFile) }
+func (t target) socket() string { return filepath.Join(t.state, statedir.SocketFile) }
 
 func (t target) cmroot() string {
 	if t.record.CMRoot != "" {
 		return t.record.CMRoot
 	}
-	return filepath.Join(t.state, cmfs.CMRootDir)
+	return filepath.Join(t.state, statedir.CMRootDir)
 }
 
 // live returns a client and the mount's status when a mount answers on
@@ -113,7 +108,7 @@ func live(ctx context.Context, t target) (*control.Client, *control.Status) {
 
 // openJournal opens the journal of an unmounted target read-only.
 func openJournal(t target) (*journal.Log, error) {
-	path := filepath.Join(t.state, cmfs.JournalFile)
+	path := filepath.Join(t.state, statedir.JournalFile)
 	if _, err := os.Stat(path); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("no cmfs journal in %s (never mounted?)", t.state)
@@ -139,7 +134,7 @@ func openStore(t target) (*cmroot.Store, error) {
 		}
 		return nil, fmt.Errorf("cmroot %s: %w", dir, cli.UnwrapPath(err))
 	}
-	s, err := cmroot.Open(dir, cmroot.Options{Retain: t.record.Retention()})
+	s, err := cmroot.Open(dir, cmroot.Options{Retain: t.record.Retention(cmroot.DefaultRetain)})
 	if err != nil {
 		return nil, fmt.Errorf("open cmroot %s: %w", dir, err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/cmfs-project/cmfs/ingest"
 	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/cli"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/peer"
 	"github.com/cmfs-project/cmfs/repl"
@@ -54,10 +55,6 @@ type serveOptions struct {
 	changed func(name string) bool
 }
 
-// ingestCursor is the file in the state directory where serve --ingest
-// records how far it ingested the journal.
-const ingestCursor = "replicad-ingest.json"
-
 // ingestPoll bounds how long serve --ingest waits between looks at the
 // journal: it follows the journal (the mount's event stream, or the
 // journal file's own 50 ms poll when unmounted), so this only matters
@@ -86,7 +83,7 @@ func newServeCmd(g *globalOptions) *cobra.Command {
 --ingest (needs --state and --volume) writes the files journal events add,
 and the originals they preserve, into the open container as the events are
 journaled (it follows the journal, as an events stream does), and remembers
-the last event ingested in STATE/` + ingestCursor + ` so that a restart
+the last event ingested in STATE/` + statedir.IngestCursorFile + ` so that a restart
 resumes. A container closes at --container-size, or after --ingest-idle
 without a new file.
 
@@ -369,7 +366,7 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 			Store:   store,
 			Events:  src.Journal(),
 			Fetcher: &repl.LocalFetcher{Root: m.backing, CMRoot: m.cmroot, Events: src.Journal()},
-			Cursor:  filepath.Join(m.state, ingestCursor),
+			Cursor:  filepath.Join(m.state, statedir.IngestCursorFile),
 			Idle:    opts.ingestIdle,
 			Logf:    func(format string, args ...any) { fmt.Fprintf(g.stderr, "replicad: "+format+"\n", args...) },
 		})

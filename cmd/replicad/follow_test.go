@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 	"github.com/cmfs-project/cmfs/source"
@@ -43,8 +43,8 @@ func (l *lockedBuffer) String() string {
 func TestFollowRetriesFailedLoad(t *testing.T) {
 	dir := t.TempDir()
 	backing := filepath.Join(dir, "backing")
-	state := filepath.Join(backing, cmfs.StateDir)
-	for _, d := range []string{state, filepath.Join(state, cmfs.CMRootDir), filepath.Join(backing, "s.db", "t")} {
+	state := filepath.Join(backing, statedir.Name)
+	for _, d := range []string{state, filepath.Join(state, statedir.CMRootDir), filepath.Join(backing, "s.db", "t")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +52,7 @@ func TestFollowRetriesFailedLoad(t *testing.T) {
 	writeRecord(t, state, backing)
 	content := []byte("rows that are not there yet\n")
 	f := journal.File{Path: "s.db/t/part-0", Size: int64(len(content)), XXH64: journal.Sum(content)}
-	j, err := journal.Open(filepath.Join(state, cmfs.JournalFile), journal.Options{NoSync: true})
+	j, err := journal.Open(filepath.Join(state, statedir.JournalFile), journal.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

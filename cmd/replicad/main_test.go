@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/cmfs-project/cmfs/cmroot"
-	cmfs "github.com/cmfs-project/cmfs/fs"
 	"github.com/cmfs-project/cmfs/internal/auth"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -149,7 +149,7 @@ func writeRecord(t *testing.T, state, backing string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(state, cmfs.RecordFile), b, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(state, statedir.RecordFile), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -160,9 +160,9 @@ func writeRecord(t *testing.T, state, backing string) {
 func TestDumpLoadUnmounted(t *testing.T) {
 	dir := t.TempDir()
 	backing := filepath.Join(dir, "backing")
-	state := filepath.Join(backing, cmfs.StateDir)
+	state := filepath.Join(backing, statedir.Name)
 	part := filepath.Join(backing, "sales.db", "orders", "dt=1")
-	for _, d := range []string{state, filepath.Join(state, cmfs.CMRootDir), part, filepath.Join(backing, "sales.db", "orders", "_temporary")} {
+	for _, d := range []string{state, filepath.Join(state, statedir.CMRootDir), part, filepath.Join(backing, "sales.db", "orders", "_temporary")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -175,7 +175,7 @@ func TestDumpLoadUnmounted(t *testing.T) {
 		}
 		return journal.File{Path: rel, Size: int64(len(content)), XXH64: journal.Sum([]byte(content))}
 	}
-	j, err := journal.Open(filepath.Join(state, cmfs.JournalFile), journal.Options{NoSync: true})
+	j, err := journal.Open(filepath.Join(state, statedir.JournalFile), journal.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestDumpLoadUnmounted(t *testing.T) {
 	// Two more events: an insert, then the insert of a file that is
 	// overwritten afterwards without an event (the load must find its
 	// content in cmroot).
-	j, err = journal.Open(filepath.Join(state, cmfs.JournalFile), journal.Options{NoSync: true})
+	j, err = journal.Open(filepath.Join(state, statedir.JournalFile), journal.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestDumpLoadUnmounted(t *testing.T) {
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
-	entry, err := cmroot.EntryPath(filepath.Join(state, cmfs.CMRootDir), f2.XXH64+"-3")
+	entry, err := cmroot.EntryPath(filepath.Join(state, statedir.CMRootDir), f2.XXH64+"-3")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/control"
-	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 )
@@ -42,7 +42,7 @@ func resolveMount(state, backing string) (mount, error) {
 		}
 		m.backing = b
 		if state == "" {
-			state = filepath.Join(b, cmfs.StateDir)
+			state = filepath.Join(b, statedir.Name)
 		}
 	}
 	s, err := cli.Directory("state directory", state)
@@ -50,21 +50,21 @@ func resolveMount(state, backing string) (mount, error) {
 		return m, err
 	}
 	m.state = s
-	rec, err := cmfs.ReadRecord(s)
+	rec, err := statedir.ReadRecord(s)
 	if err != nil {
 		return m, err
 	}
 	if m.backing == "" {
 		if rec.Backing == "" {
-			return m, fmt.Errorf("state directory %s has no %s (never mounted?): give --backing DIR", state, cmfs.RecordFile)
+			return m, fmt.Errorf("state directory %s has no %s (never mounted?): give --backing DIR", state, statedir.RecordFile)
 		}
 		if m.backing, err = cli.Directory("backing directory", rec.Backing); err != nil {
-			return m, fmt.Errorf("%w (from %s)", err, filepath.Join(s, cmfs.RecordFile))
+			return m, fmt.Errorf("%w (from %s)", err, filepath.Join(s, statedir.RecordFile))
 		}
 	}
 	m.cmroot = rec.CMRoot
 	if m.cmroot == "" {
-		m.cmroot = filepath.Join(s, cmfs.CMRootDir)
+		m.cmroot = filepath.Join(s, statedir.CMRootDir)
 	}
 	return m, nil
 }
@@ -84,7 +84,7 @@ func (m mount) sourceID() string {
 // control socket while a mount answers there (it holds the journal's
 // lock), else the journal file opened read-only.
 func openEvents(ctx context.Context, m mount) (repl.Events, func() error, error) {
-	if c, err := control.Dial(filepath.Join(m.state, cmfs.SocketFile)); err == nil {
+	if c, err := control.Dial(filepath.Join(m.state, statedir.SocketFile)); err == nil {
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := c.Status(sctx)
 		cancel()
@@ -93,7 +93,7 @@ func openEvents(ctx context.Context, m mount) (repl.Events, func() error, error)
 		}
 		c.Close()
 	}
-	path := filepath.Join(m.state, cmfs.JournalFile)
+	path := filepath.Join(m.state, statedir.JournalFile)
 	if _, err := os.Stat(path); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, fmt.Errorf("no cmfs journal in %s (never mounted?)", m.state)
@@ -129,7 +129,7 @@ func (e controlEvents) Range(ctx context.Context, from, to uint64, fn func(*jour
 // cmfs's scratch paths, and without the state directory and cmroot when
 // they live inside it under other names than .cmfs.
 func (m mount) tree() repl.Tree {
-	t := repl.LocalTree{Root: m.backing, Exclude: cmfs.DefaultExcludes}
+	t := repl.LocalTree{Root: m.backing, Exclude: statedir.DefaultExcludes}
 	var skip []string
 	for _, d := range []string{m.state, m.cmroot} {
 		if rel, err := filepath.Rel(m.backing, d); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {

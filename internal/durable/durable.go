@@ -120,3 +120,25 @@ func SyncFS(dir string) error {
 	}
 	return nil
 }
+
+// RenameNoReplace renames oldpath to newpath atomically, failing with
+// EEXIST (an *os.LinkError; errors.Is(err, fs.ErrExist) holds) if newpath
+// exists, so that a rename never replaces what another put there: a
+// preserved original, an imported container. On a filesystem without
+// RENAME_NOREPLACE it checks, then renames: the caller must keep two
+// renames to one newpath apart itself (cmroot's stripe lock, the
+// container store's importing set).
+func RenameNoReplace(oldpath, newpath string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.ENOTSUP) {
+		if _, lerr := os.Lstat(newpath); lerr == nil {
+			err = unix.EEXIST
+		} else {
+			return os.Rename(oldpath, newpath)
+		}
+	}
+	if err != nil {
+		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
+	}
+	return nil
+}

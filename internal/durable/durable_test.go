@@ -2,6 +2,7 @@ package durable
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -61,5 +62,31 @@ func assertOnly(t *testing.T, dir string, names ...string) {
 		if got[i] != names[i] {
 			t.Fatalf("%s holds %v, want %v", dir, got, names)
 		}
+	}
+}
+
+func TestRenameNoReplace(t *testing.T) {
+	dir := t.TempDir()
+	a, b, c := filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "c")
+	for p, data := range map[string]string{a: "a", b: "b"} {
+		if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := RenameNoReplace(a, b)
+	if !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("RenameNoReplace onto an existing file = %v, want EEXIST", err)
+	}
+	if got, _ := os.ReadFile(b); string(got) != "b" {
+		t.Errorf("the existing file holds %q after a refused rename, want %q", got, "b")
+	}
+	if err := RenameNoReplace(a, c); err != nil {
+		t.Fatalf("RenameNoReplace to a free name: %v", err)
+	}
+	if got, _ := os.ReadFile(c); string(got) != "a" {
+		t.Errorf("renamed file holds %q, want %q", got, "a")
+	}
+	if _, err := os.Lstat(a); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("old name after the rename: %v, want gone", err)
 	}
 }

@@ -37,7 +37,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/bench"
-	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 	"github.com/cmfs-project/cmfs/source"
@@ -515,7 +515,7 @@ func (r *runner) loadRows(ctx context.Context) []*bench.ReplRow {
 
 	dir := filepath.Join(r.dir, "load")
 	backing, mnt := filepath.Join(dir, "backing"), filepath.Join(dir, "mnt")
-	state := filepath.Join(backing, cmfs.StateDir)
+	state := filepath.Join(backing, statedir.Name)
 	m, err := r.mount(ctx, backing, mnt)
 	if err != nil {
 		return fail(err)
@@ -532,7 +532,7 @@ func (r *runner) loadRows(ctx context.Context) []*bench.ReplRow {
 	r.logf("[load] written and unmounted in %v", time.Since(start).Round(time.Second))
 
 	dump := filepath.Join(dir, "dump")
-	l, err := journal.Open(filepath.Join(state, cmfs.JournalFile), journal.Options{ReadOnly: true})
+	l, err := journal.Open(filepath.Join(state, statedir.JournalFile), journal.Options{ReadOnly: true})
 	if err != nil {
 		return fail(err)
 	}
@@ -582,7 +582,7 @@ func (r *runner) loadRows(ctx context.Context) []*bench.ReplRow {
 			}
 			switch (k + rep) % 3 {
 			case 0:
-				fetch := &repl.LocalFetcher{Root: backing, CMRoot: filepath.Join(state, cmfs.CMRootDir)}
+				fetch := &repl.LocalFetcher{Root: backing, CMRoot: filepath.Join(state, statedir.CMRootDir)}
 				r.cold()
 				start := time.Now()
 				res, err := repl.Load(ctx, dump, tgt, fetch, repl.LoadOptions{})
@@ -714,7 +714,7 @@ func (r *runner) followRows(ctx context.Context) []*bench.ReplRow {
 	}
 	dir := filepath.Join(r.dir, "follow")
 	backing, mnt, tgt := filepath.Join(dir, "backing"), filepath.Join(dir, "mnt"), filepath.Join(dir, "target")
-	state := filepath.Join(backing, cmfs.StateDir)
+	state := filepath.Join(backing, statedir.Name)
 	if err := os.MkdirAll(tgt, 0o755); err != nil {
 		return fail(err)
 	}

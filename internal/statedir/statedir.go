@@ -1,0 +1,94 @@
+package statedir
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cmfs-project/cmfs/internal/durable"
+)
+
+// Names cmfs reserves in the backing directory.
+const (
+	// Name is the state directory's name inside the backing directory
+	// when none is given; it is hidden from the mount and never
+	// replicated.
+	Name = ".cmfs"
+	// RestoreStagingPrefix starts the name of the directory `cmfs
+	// restore` stages a restored original in, next to its destination.
+	// Such a directory is always scratch space, and the rename out of it
+	// is journaled as a RESTORE.
+	RestoreStagingPrefix = ".cmfs-restore-"
+)
+
+// Names inside the state directory.
+const (
+	JournalFile      = "journal.db"
+	SocketFile       = "control.sock"
+	CMRootDir        = "cmroot"
+	RecordFile       = "mount.json"
+	InflightFile     = "inflight"
+	TmpDir           = "tmp"
+	LogFile          = "cmfs.log"
+	IngestCursorFile = "replicad-ingest.json"
+	SlotsFile        = "slots.json"
+	SlotsLockFile    = "slots.lock"
+)
+
+// DefaultExcludes are the engine scratch paths that are not protected: a
+// job's temporary files never fill cmroot; the rename out of them into a
+// table is the event that matters. Each glob is matched against every
+// path component.
+var DefaultExcludes = []string{"_temporary", ".hive-staging*", ".spark-staging*", "_SUCCESS", "_started_*", "_committed_*"}
+
+// Record is the mount record every mount writes into its state directory
+// (RecordFile).
+type Record struct {
+	Backing    string `json:"backing"`
+	Mountpoint string `json:"mountpoint"`
+	CMRoot     string `json:"cmroot"`
+	Retain     string `json:"retain"`
+	PID        int    `json:"pid"`
+}
+
+// ReadRecord reads the mount record of a state directory; the zero Record
+// when it was never mounted.
+func ReadRecord(state string) (Record, error) {
+	var r Record
+	p := filepath.Join(state, RecordFile)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return r, nil
+	}
+	if err != nil {
+		return r, fmt.Errorf("read mount record: %w", err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("mount record %s: %w", p, err)
+	}
+	return r, nil
+}
+
+// WriteRecord writes the mount record durably.
+func WriteRecord(state string, r Record) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return durable.WriteFile(filepath.Join(state, RecordFile), append(b, '\n'), 0o600)
+}
+
+// Retention is the record's retention; def (cmroot.DefaultRetain, which
+// this package cannot name without importing the store) when unset or
+// unreadable.
+func (r Record) Retention(def time.Duration) time.Duration {
+	d, err := time.ParseDuration(r.Retain)
+	if err != nil || d <= 0 {
+		return def
+	}
+	return d
+}
