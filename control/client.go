@@ -126,20 +126,18 @@ func (c *Client) Fsck(ctx context.Context, repair bool) (upkeep.Report, error) {
 }
 
 // GC runs upkeep.GC inside the mount; retain 0 means the mount's retention,
-// retainMax 0 upkeep.DefaultRetainMax. Both are sent in whole seconds (a
-// sub-second one rounds up, never to "the default").
+// retainMax 0 upkeep.DefaultRetainMax.
 func (c *Client) GC(ctx context.Context, retain, retainMax time.Duration) (upkeep.GCResult, error) {
 	if retain < 0 || retainMax < 0 {
 		return upkeep.GCResult{}, fmt.Errorf("%w: negative retention %s or retain-max %s", ErrInvalid, retain, retainMax)
 	}
-	secs := func(d time.Duration) int64 {
-		s := int64(d / time.Second)
-		if d > 0 && s == 0 {
-			s = 1
-		}
-		return s
-	}
-	r, err := c.rpc.GC(ctx, &controlpb.GCRequest{RetainSeconds: secs(retain), RetainMaxSeconds: secs(retainMax)})
+	// A mount that reads only whole seconds must not take a sub-second
+	// retention for "the default": round up.
+	secs := func(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+	r, err := c.rpc.GC(ctx, &controlpb.GCRequest{
+		RetainNanos: int64(retain), RetainMaxNanos: int64(retainMax),
+		RetainSeconds: secs(retain), RetainMaxSeconds: secs(retainMax),
+	})
 	if err != nil {
 		return upkeep.GCResult{}, fromStatus(err)
 	}

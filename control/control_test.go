@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -291,8 +292,6 @@ func TestGC(t *testing.T) {
 	if res != (upkeep.GCResult{}) {
 		t.Errorf("GC(default) = %+v, want nothing removed", res)
 	}
-	// Sub-second retention rounds up to 1s: wait it out.
-	time.Sleep(1100 * time.Millisecond)
 	res, err = e.client.GC(context.Background(), time.Nanosecond, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -381,10 +380,21 @@ func TestServeStopsFollowers(t *testing.T) {
 	}
 	defer c.Close()
 	followed := make(chan error, 1)
+	attached := make(chan struct{})
+	var once sync.Once
 	go func() {
-		followed <- c.Events(context.Background(), 1, 0, true, func(journal.Event) error { return nil })
+		followed <- c.Events(context.Background(), 1, 0, true, func(journal.Event) error {
+			once.Do(func() { close(attached) })
+			return nil
+		})
 	}()
-	time.Sleep(100 * time.Millisecond) // let the stream start; the test holds either way
+	// An event through the stream: the follower is attached.
+	e.Append(t, &journal.Event{Type: journal.Mkdir, Path: "d"})
+	select {
+	case <-attached:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the follower saw no event")
+	}
 	start := time.Now()
 	cancel()
 	if err := <-done; err != nil {

@@ -202,13 +202,19 @@ func (s *Server) Fsck(ctx context.Context, req *controlpb.FsckRequest) (*control
 
 // GC implements controlpb.ControlServer.
 func (s *Server) GC(ctx context.Context, req *controlpb.GCRequest) (*controlpb.GCResponse, error) {
-	retain := time.Duration(req.RetainSeconds) * time.Second
-	if req.RetainSeconds == 0 {
+	retain, retainMax := time.Duration(req.RetainNanos), time.Duration(req.RetainMaxNanos)
+	if retain == 0 {
+		retain = time.Duration(req.RetainSeconds) * time.Second // an older client
+	}
+	if retainMax == 0 {
+		retainMax = time.Duration(req.RetainMaxSeconds) * time.Second
+	}
+	if retain == 0 {
 		retain = s.retain()
 	}
 	s.maint.Lock()
 	defer s.maint.Unlock()
-	opts := upkeep.GCOptions{Retain: retain, RetainMax: time.Duration(req.RetainMaxSeconds) * time.Second, Slots: s.slots}
+	opts := upkeep.GCOptions{Retain: retain, RetainMax: retainMax, Slots: s.slots}
 	res, err := upkeep.GC(ctx, s.j, s.store, opts, time.Now())
 	if err != nil {
 		return nil, toStatus(err)

@@ -383,10 +383,15 @@ func (x *FsckResponse) GetExpired() []string {
 
 type GCRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// retain_seconds is the retention; 0 means the mount's configured one.
-	RetainSeconds int64 `protobuf:"varint,1,opt,name=retain_seconds,json=retainSeconds,proto3" json:"retain_seconds,omitempty"`
-	// retain_max_seconds bounds how long an entry a slot needs is kept past
+	// retain_nanos is the retention; 0 means the mount's configured one.
+	RetainNanos int64 `protobuf:"varint,3,opt,name=retain_nanos,json=retainNanos,proto3" json:"retain_nanos,omitempty"`
+	// retain_max_nanos bounds how long an entry a slot needs is kept past
 	// the retention; 0 means the default (7 days).
+	RetainMaxNanos int64 `protobuf:"varint,4,opt,name=retain_max_nanos,json=retainMaxNanos,proto3" json:"retain_max_nanos,omitempty"`
+	// retain_seconds and retain_max_seconds are the same in whole seconds,
+	// sent too for a mount older than the nanosecond fields, which a newer
+	// one reads only when those are 0.
+	RetainSeconds    int64 `protobuf:"varint,1,opt,name=retain_seconds,json=retainSeconds,proto3" json:"retain_seconds,omitempty"`
 	RetainMaxSeconds int64 `protobuf:"varint,2,opt,name=retain_max_seconds,json=retainMaxSeconds,proto3" json:"retain_max_seconds,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
@@ -420,6 +425,20 @@ func (x *GCRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use GCRequest.ProtoReflect.Descriptor instead.
 func (*GCRequest) Descriptor() ([]byte, []int) {
 	return file_control_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GCRequest) GetRetainNanos() int64 {
+	if x != nil {
+		return x.RetainNanos
+	}
+	return 0
+}
+
+func (x *GCRequest) GetRetainMaxNanos() int64 {
+	if x != nil {
+		return x.RetainMaxNanos
+	}
+	return 0
 }
 
 func (x *GCRequest) GetRetainSeconds() int64 {
@@ -679,8 +698,10 @@ const file_control_proto_rawDesc = "" +
 	"referenced\x12\x1a\n" +
 	"\brepaired\x18\a \x01(\bR\brepaired\x12\x1c\n" +
 	"\tremaining\x18\b \x03(\tR\tremaining\x12\x18\n" +
-	"\aexpired\x18\t \x03(\tR\aexpired\"`\n" +
-	"\tGCRequest\x12%\n" +
+	"\aexpired\x18\t \x03(\tR\aexpired\"\xad\x01\n" +
+	"\tGCRequest\x12!\n" +
+	"\fretain_nanos\x18\x03 \x01(\x03R\vretainNanos\x12(\n" +
+	"\x10retain_max_nanos\x18\x04 \x01(\x03R\x0eretainMaxNanos\x12%\n" +
 	"\x0eretain_seconds\x18\x01 \x01(\x03R\rretainSeconds\x12,\n" +
 	"\x12retain_max_seconds\x18\x02 \x01(\x03R\x10retainMaxSeconds\"\x91\x01\n" +
 	"\n" +
