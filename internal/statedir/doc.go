@@ -19,6 +19,7 @@
 //	catalog*.db           the catalogs of replicad dump (repl.CatalogFile)
 //	slots.json            replication slots and the gc horizon (package slot)
 //	slots.lock            flock'ed by whoever changes slots.json
+//	replicad.token        replicad serve's same-host credential, 0600 (package internal/auth)
 //
 // The package imports nothing of the project but internal/durable.
 package statedir
