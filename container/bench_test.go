@@ -51,13 +51,13 @@ func BenchmarkExportImport(b *testing.B) {
 		syncFS bool
 		noSync bool
 	}{
-		{"none/nosync", None, false, true},
-		{"none/fsync-each", None, false, false},
-		{"none/syncfs", None, true, false},
-		{"gzip", Gzip, false, false},
-		{"snappy", Snappy, false, false},
-		{"lz4", LZ4, false, false},
-		{"zstd", Zstd, false, false},
+		{name: "none/nosync", c: None, noSync: true},
+		{name: "none/fsync-each", c: None},
+		{name: "none/syncfs", c: None, syncFS: true},
+		{name: "gzip", c: Gzip},
+		{name: "snappy", c: Snappy},
+		{name: "lz4", c: LZ4},
+		{name: "zstd", c: Zstd},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/durable"
 	bolt "go.etcd.io/bbolt"
 )
@@ -295,7 +296,7 @@ func (c *container) closeInterrupted() bool {
 // seal writes the checksum file and the descriptor with the metadata's
 // size and checksum and the given state. c.mu is held.
 func (c *container) seal(d Descriptor, sum uint64, state State, sync bool) (Descriptor, error) {
-	d.ContainerChecksum = sumHex(sum)
+	d.ContainerChecksum = checksum.Format(sum)
 	if err := c.writeMeta(checksumName, []byte(d.ContainerChecksum+"\n"), sync); err != nil {
 		return d, err
 	}
@@ -303,7 +304,7 @@ func (c *container) seal(d Descriptor, sum uint64, state State, sync bool) (Desc
 	if err != nil {
 		return d, fmt.Errorf("checksum index file: %w", err)
 	}
-	d.MetadataBytes, d.MetadataChecksum = n, sumHex(msum)
+	d.MetadataBytes, d.MetadataChecksum = n, checksum.Format(msum)
 	if sync {
 		if err := durable.SyncDir(filepath.Join(c.dir, chunksDir)); err != nil {
 			return d, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -109,7 +110,7 @@ func (d *Descriptor) marshal() ([]byte, error) {
 	if !bytes.HasSuffix(b, []byte("\n"+sumLineEmpty)) {
 		return nil, fmt.Errorf("encode descriptor %d: checksum field is not the last line", d.ID)
 	}
-	d.DescriptorChecksum = sumHex(xxhash.Sum64(b))
+	d.DescriptorChecksum = checksum.Bytes(b)
 	b = append(b[:len(b)-len(sumLineEmpty)], sumLinePrefix+d.DescriptorChecksum+"\"\n"...)
 	return b, nil
 }
@@ -134,7 +135,7 @@ func parseDescriptor(b []byte) (Descriptor, error) {
 	h := xxhash.New()
 	h.Write(head)
 	h.WriteString(sumLineEmpty)
-	if got := sumHex(h.Sum64()); got != want {
+	if got := checksum.Format(h.Sum64()); got != want {
 		return d, fmt.Errorf("descriptor checksum %s, file says %s: %w", got, want, ErrCorrupt)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
@@ -253,6 +254,3 @@ func writeDescriptor(dir string, d *Descriptor, sync bool) error {
 	}
 	return writeFile(filepath.Join(dir, descriptorName), b, sync)
 }
-
-// sumHex formats an xxh64 as `xxhsum -H64` prints it.
-func sumHex(s uint64) string { return fmt.Sprintf("%016x", s) }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -29,9 +30,9 @@ func BlockIDOf(p []byte) BlockID { return BlockID{Sum: xxhash.Sum64(p), Size: in
 // entries, or as the bare sum when the size is unknown.
 func (b BlockID) String() string {
 	if b.Size < 0 {
-		return sumHex(b.Sum)
+		return checksum.Format(b.Sum)
 	}
-	return sumHex(b.Sum) + "-" + strconv.FormatInt(b.Size, 10)
+	return checksum.Format(b.Sum) + "-" + strconv.FormatInt(b.Size, 10)
 }
 
 // ParseBlockID parses "<xxh64>-<size>" or a bare 16-hex-digit xxh64 (Size

@@ -12,6 +12,7 @@ import (
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 )
 
 // scanJob is one scan of a container; Verify and WaitScan wait on it.
@@ -183,8 +184,8 @@ func check(ctx context.Context, dir string, d Descriptor) ([]record, string, err
 	switch {
 	case err != nil:
 		return nil, fmt.Sprintf("index file: %v", err), nil
-	case n != d.MetadataBytes || sumHex(msum) != d.MetadataChecksum:
-		return nil, fmt.Sprintf("index file: %d bytes xxh64 %s, descriptor says %d bytes %s", n, sumHex(msum), d.MetadataBytes, d.MetadataChecksum), nil
+	case n != d.MetadataBytes || checksum.Format(msum) != d.MetadataChecksum:
+		return nil, fmt.Sprintf("index file: %d bytes xxh64 %s, descriptor says %d bytes %s", n, checksum.Format(msum), d.MetadataBytes, d.MetadataChecksum), nil
 	}
 	recs, sum, err := readIndex(dbPath)
 	if err != nil {
@@ -194,8 +195,8 @@ func check(ctx context.Context, dir string, d Descriptor) ([]record, string, err
 	switch {
 	case err != nil:
 		return nil, fmt.Sprintf("checksum file: %v", err), nil
-	case sumHex(sum) != d.ContainerChecksum || !bytes.Equal(file, []byte(d.ContainerChecksum+"\n")):
-		return nil, fmt.Sprintf("container checksum: index %s, descriptor %s, checksum file %q", sumHex(sum), d.ContainerChecksum, bytes.TrimSpace(file)), nil
+	case checksum.Format(sum) != d.ContainerChecksum || !bytes.Equal(file, []byte(d.ContainerChecksum+"\n")):
+		return nil, fmt.Sprintf("container checksum: index %s, descriptor %s, checksum file %q", checksum.Format(sum), d.ContainerChecksum, bytes.TrimSpace(file)), nil
 	case int64(len(recs)) != d.Blocks:
 		return nil, fmt.Sprintf("index holds %d blocks, descriptor says %d", len(recs), d.Blocks), nil
 	}
@@ -273,7 +274,7 @@ func checkChunk(ctx context.Context, path string, rs []record, buf []byte) (int6
 				break
 			}
 			if got := h.Sum64(); got != rs[i].id.Sum {
-				return 0, fmt.Sprintf("%s: block %s at %d: xxh64 %s", name, rs[i].id, rs[i].off, sumHex(got)), nil
+				return 0, fmt.Sprintf("%s: block %s at %d: xxh64 %s", name, rs[i].id, rs[i].off, checksum.Format(got)), nil
 			}
 			h.Reset()
 			if i++; i == len(rs) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/durable"
 )
 
@@ -566,7 +567,7 @@ func (br *blockReader) Read(p []byte) (int, error) {
 	n, err := br.r.Read(p)
 	br.h.Write(p[:n])
 	if err == io.EOF && br.h.Sum64() != br.id.Sum {
-		return n, fmt.Errorf("read block %s: xxh64 %s: %w", br.id, sumHex(br.h.Sum64()), ErrCorrupt)
+		return n, fmt.Errorf("read block %s: xxh64 %s: %w", br.id, checksum.Format(br.h.Sum64()), ErrCorrupt)
 	}
 	return n, err
 }

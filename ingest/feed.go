@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/backoff"
 	"github.com/cmfs-project/cmfs/internal/durable"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
@@ -367,7 +368,7 @@ func (f *Feed) Run(ctx context.Context, poll time.Duration) error {
 	if poll <= 0 {
 		return fmt.Errorf("ingest: poll interval %v is not positive", poll)
 	}
-	var backoff time.Duration
+	b := backoff.Backoff{Min: minBackoff, Max: maxBackoff}
 	var lastErr string
 	for {
 		st, err := f.Step(ctx)
@@ -380,13 +381,13 @@ func (f *Feed) Run(ctx context.Context, poll time.Duration) error {
 				f.logf("%v (retrying)", err)
 				lastErr = msg
 			}
-			backoff = min(max(2*backoff, minBackoff), maxBackoff)
-			sleep(ctx, backoff)
+			backoff.Sleep(ctx, b.Next())
 		default:
 			if lastErr != "" {
 				f.logf("ingest: resumed at event %d", st.Last)
 			}
-			backoff, lastErr = 0, ""
+			b.Reset()
+			lastErr = ""
 			if st.Events > 0 && st.Last < st.Newest {
 				continue
 			}
@@ -412,7 +413,7 @@ func (f *Feed) idleIn() time.Duration {
 func (f *Feed) await(ctx context.Context, d time.Duration) {
 	w, ok := f.cfg.Events.(Waiter)
 	if !ok {
-		sleep(ctx, d)
+		backoff.Sleep(ctx, d)
 		return
 	}
 	wctx, cancel := context.WithTimeout(ctx, d)
@@ -420,15 +421,5 @@ func (f *Feed) await(ctx context.Context, d time.Duration) {
 	if _, err := w.Wait(wctx, f.cur.Last); err != nil && wctx.Err() == nil {
 		// The journal cannot say (the next Step reports why): poll.
 		<-wctx.Done()
-	}
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }

@@ -153,7 +153,7 @@ func TestCMRootFull(t *testing.T) {
 		t.Fatalf("unlink with cmroot free again: %v", err)
 	}
 	evs := events(t, m.State)
-	ev, f := findFile(evs, files[0], true, false)
+	ev, f := firstOriginal(evs, files[0])
 	if ev == nil {
 		t.Fatalf("no event preserves %s", files[0])
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // failpointRow is one row of the protection table: a change made through
-// the mount, and the failpoints (internal/failpoint, fs/failpoints.go) its
+// the mount, and the failpoints (internal/failpoint, protect/failpoints.go) its
 // steps pass. Every row starts from the same tree, made through a mount.
 type failpointRow struct {
 	name   string

@@ -337,7 +337,7 @@ func runProtectionRow(t *testing.T, row protectionRow) {
 	checkEvents(t, m, evs, true)
 
 	for _, w := range row.preserved {
-		ev, f := findFile(evs, w.path, true, false)
+		ev, f := firstOriginal(evs, w.path)
 		if ev == nil {
 			t.Errorf("no event lists the preserved original of %s", w.path)
 			continue
@@ -357,7 +357,7 @@ func runProtectionRow(t *testing.T, row protectionRow) {
 		}
 	}
 	for _, w := range row.written {
-		ev, f := findFile(evs, w.path, false, true)
+		ev, f := lastContent(evs, w.path)
 		if ev == nil {
 			t.Errorf("no event lists the new content of %s", w.path)
 			continue
@@ -488,23 +488,30 @@ func checkEvents(t testing.TB, m *mounted, evs []journal.Event, latest bool) {
 	}
 }
 
-// findFile returns the first (or, with last, the newest) event listing
-// path as a preserved original (cm set) or as new content.
-func findFile(evs []journal.Event, path string, preserved, last bool) (*journal.Event, *journal.File) {
-	var rev *journal.Event
-	var rf *journal.File
+// firstOriginal returns the first event listing path as a preserved
+// original (cm set).
+func firstOriginal(evs []journal.Event, path string) (*journal.Event, *journal.File) {
 	for i := range evs {
 		for j := range evs[i].Files {
-			f := &evs[i].Files[j]
-			if f.Path == path && (f.CM != "") == preserved {
-				if !last {
-					return &evs[i], f
-				}
-				rev, rf = &evs[i], f
+			if f := &evs[i].Files[j]; f.Path == path && f.CM != "" {
+				return &evs[i], f
 			}
 		}
 	}
-	return rev, rf
+	return nil, nil
+}
+
+// lastContent returns the newest event listing path as new content (no
+// cm).
+func lastContent(evs []journal.Event, path string) (*journal.Event, *journal.File) {
+	for i := len(evs) - 1; i >= 0; i-- {
+		for j := len(evs[i].Files) - 1; j >= 0; j-- {
+			if f := &evs[i].Files[j]; f.Path == path && f.CM == "" {
+				return &evs[i], f
+			}
+		}
+	}
+	return nil, nil
 }
 
 func findEvent(evs []journal.Event, w eventWant) *journal.Event {
@@ -585,7 +592,7 @@ func TestEventsDurableAtClose(t *testing.T) {
 		}
 		// No waiting: the event must be durable before close() returned.
 		evs := events(t, m.State)
-		ev, f := findFile(evs, name, false, true)
+		ev, f := lastContent(evs, name)
 		if ev == nil {
 			t.Fatalf("right after `%s` returned, cmfs events has no event for %s", script, name)
 		}
@@ -726,7 +733,7 @@ func TestRestoreRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs := events(t, m.State)
-	ev, f := findFile(evs, partFile, true, false)
+	ev, f := firstOriginal(evs, partFile)
 	if ev == nil {
 		t.Fatalf("no event preserved the original of %s: %+v", partFile, evs)
 	}
@@ -769,7 +776,7 @@ func TestRestoreRoundTrip(t *testing.T) {
 		if restore == nil {
 			t.Fatalf("no RESTORE event after the restore through the mount: %+v", after)
 		}
-		if _, f := findFile([]journal.Event{*restore}, partFile, false, true); f == nil || f.XXH64 != journal.Sum(orig) {
+		if _, f := lastContent([]journal.Event{*restore}, partFile); f == nil || f.XXH64 != journal.Sum(orig) {
 			t.Errorf("RESTORE event %d does not list %s with the restored checksum: %+v", restore.ID, partFile, restore.Files)
 		}
 		checkEvents(t, m, after, true)
@@ -786,7 +793,7 @@ func TestRestoreRoundTrip(t *testing.T) {
 		if err := os.Remove(m.path(p)); err != nil {
 			t.Fatal(err)
 		}
-		ev, _ := findFile(events(t, m.State), p, true, false)
+		ev, _ := firstOriginal(events(t, m.State), p)
 		if ev == nil || ev.Type != journal.Delete {
 			t.Fatalf("no DELETE event preserving %s", p)
 		}

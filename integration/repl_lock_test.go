@@ -53,13 +53,13 @@ func TestReplLoadersOneAtATime(t *testing.T) {
 	rounds := []struct {
 		name      string
 		order     []string // "load", "follow"
-		waitLoads bool
-		waitFollw bool
+		waitLoads  bool
+		waitFollow bool
 	}{
-		{"refuse", []string{"load", "follow", "load"}, false, false},
-		{"loads wait", []string{"follow", "load", "load"}, true, false},
-		{"follow waits", []string{"load", "load", "follow"}, false, true},
-		{"refuse again", []string{"load", "load", "follow"}, false, false},
+		{name: "refuse", order: []string{"load", "follow", "load"}},
+		{name: "loads wait", order: []string{"follow", "load", "load"}, waitLoads: true},
+		{name: "follow waits", order: []string{"load", "load", "follow"}, waitFollow: true},
+		{name: "refuse again", order: []string{"load", "load", "follow"}},
 	}
 	for _, rd := range rounds {
 		t.Run(rd.name, func(t *testing.T) {
@@ -79,7 +79,7 @@ func TestReplLoadersOneAtATime(t *testing.T) {
 					wait = rd.waitLoads
 				case "follow":
 					args = []string{"follow", "--source", srv.Addr, "--target", target, "--interval", "100ms", "--no-slot", "--metrics", "127.0.0.1:0"}
-					wait = rd.waitFollw
+					wait = rd.waitFollow
 				}
 				if wait {
 					args = append(args, "--wait", "2m")

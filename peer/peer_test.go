@@ -18,6 +18,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/api/containerpb"
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 )
 
@@ -172,7 +173,7 @@ func chunks(id uint64, data []byte, size int) []*containerpb.TarChunk {
 	}
 	msgs[0].Size = int64(len(data))
 	last := msgs[len(msgs)-1]
-	last.Eof, last.Xxh64 = true, sumHex(xxhash.Sum64(data))
+	last.Eof, last.Xxh64 = true, checksum.Bytes(data)
 	return msgs
 }
 

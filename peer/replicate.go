@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cmfs-project/cmfs/internal/backoff"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 )
 
@@ -81,7 +80,7 @@ func (s *Server) push(ctx context.Context, c *Client, t Task) (ImportResult, err
 // Config.Attempts times, waiting Config.Backoff (doubling, with jitter)
 // between runs. It returns how many times f ran and its last error.
 func (s *Server) retry(ctx context.Context, f func() error) (int, error) {
-	wait := s.cfg.Backoff
+	b := backoff.Backoff{Min: s.cfg.Backoff, Max: maxBackoff}
 	for attempt := 1; ; attempt++ {
 		err := f()
 		if err == nil || !retryable(err) || attempt >= s.cfg.Attempts || ctx.Err() != nil {
@@ -90,16 +89,9 @@ func (s *Server) retry(ctx context.Context, f func() error) (int, error) {
 		if s.onRetry != nil {
 			s.onRetry(attempt, err)
 		}
-		// Jitter: 0.5 to 1.5 times wait, so retries of many tasks spread.
-		d := wait/2 + rand.N(wait+1)
-		timer := time.NewTimer(d)
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
+		if backoff.Sleep(ctx, b.Next()) != nil {
 			return attempt, err
 		}
-		wait = min(2*wait, maxBackoff)
 	}
 }
 

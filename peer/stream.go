@@ -3,12 +3,12 @@ package peer
 import (
 	"fmt"
 	"io"
-	"strconv"
 
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/cmfs-project/cmfs/api/containerpb"
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 )
 
 // chunkSize is the most data one message carries.
@@ -105,7 +105,7 @@ func (w *tarWriter) flush(eof bool) {
 	w.off += int64(len(w.buf))
 	w.buf = nil
 	if eof {
-		m.Eof, m.Xxh64 = true, sumHex(w.sum.Sum64())
+		m.Eof, m.Xxh64 = true, checksum.Format(w.sum.Sum64())
 	}
 	w.err = w.send(m)
 }
@@ -153,7 +153,7 @@ func (r *tarReader) accept(m *containerpb.TarChunk) error {
 	r.off += int64(len(m.Data))
 	r.data = m.Data
 	if m.Eof {
-		if got := sumHex(r.sum.Sum64()); got != m.Xxh64 {
+		if got := checksum.Format(r.sum.Sum64()); got != m.Xxh64 {
 			return fmt.Errorf("container %d: tarball stream of %d bytes has xxh64 %s, the sender's is %s: %w", r.id, r.off, got, m.Xxh64, container.ErrCorrupt)
 		}
 		r.eof = true
@@ -225,11 +225,3 @@ func (r *tarReader) copyTo(w io.Writer) (readErr, writeErr error) {
 
 // Received returns how many bytes of data came in.
 func (r *tarReader) Received() int64 { return r.off }
-
-func sumHex(s uint64) string {
-	h := strconv.FormatUint(s, 16)
-	for len(h) < 16 {
-		h = "0" + h
-	}
-	return h
-}

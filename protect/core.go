@@ -44,7 +44,7 @@ type Options struct {
 // takes paths relative to the backing directory, decides what must be
 // preserved, preserves it, applies the change, journals it and, where a
 // step fails, undoes what the earlier steps did. It knows nothing of FUSE:
-// the adapter in package fs calls it, and tests call it directly.
+// the adapter in package fusefs calls it, and tests call it directly.
 type Core struct {
 	backing string
 	cm      *cmroot.Store

@@ -113,7 +113,7 @@ func (c *Core) Create(ctx context.Context, rel string, flags, mode uint32, cl Ca
 	}
 	cl.own(abs)
 	// A new file is new content, even if it is never written to.
-	h, err := c.newHandle(f, rel, true, ex, true, nil)
+	h, err := c.newHandle(f, rel, handleOpts{write: true, excluded: ex, created: true})
 	if err != nil {
 		f.Close()
 		syscall.Unlink(abs)
@@ -145,7 +145,7 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 		if err != nil {
 			return nil, err
 		}
-		return c.opened(f, rel, write, c.excluded(rel), nil)
+		return c.opened(f, rel, handleOpts{write: write, excluded: c.excluded(rel)})
 	}
 	if err := c.journalable(rel); err != nil {
 		return nil, err
@@ -164,7 +164,7 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 		if err != nil {
 			return nil, err
 		}
-		return c.opened(f, rel, true, false, nil)
+		return c.opened(f, rel, handleOpts{write: true})
 	}
 	if !trunc {
 		// An in-place update: the original is copied before the kernel
@@ -178,7 +178,7 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 			c.undo(orig, "")
 			return nil, err
 		}
-		h, err := c.opened(f, rel, true, false, &orig)
+		h, err := c.opened(f, rel, handleOpts{write: true, orig: &orig})
 		if err != nil {
 			c.undo(orig, "")
 			return nil, err
@@ -250,12 +250,23 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 	}
 	// The truncation is journaled; should the handle's intent not be
 	// written, the open is refused and the truncation stays.
-	return c.opened(f, rel, true, false, nil)
+	return c.opened(f, rel, handleOpts{write: true})
+}
+
+// handleOpts says what a new handle is for.
+type handleOpts struct {
+	write bool
+	// excluded: rel is excluded from journaling.
+	excluded bool
+	// created: this open made the file, so its content is new.
+	created bool
+	// orig is the original kept at open, journaled with the first change.
+	orig *preserved
 }
 
 // opened is newHandle for an open: the file is closed on error.
-func (c *Core) opened(f *os.File, rel string, write, excluded bool, orig *preserved) (*Handle, error) {
-	h, err := c.newHandle(f, rel, write, excluded, false, orig)
+func (c *Core) opened(f *os.File, rel string, o handleOpts) (*Handle, error) {
+	h, err := c.newHandle(f, rel, o)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -287,21 +298,21 @@ func copying(u Use, self int) how {
 // writing records its intent (writes through passthrough never reach
 // cmfs: should the mount die before the close journals them, the next
 // mount looks); it fails when that cannot be recorded.
-func (c *Core) newHandle(f *os.File, rel string, write, excluded, created bool, orig *preserved) (*Handle, error) {
-	h := &Handle{c: c, f: f, write: write, excluded: excluded, orig: orig, slot: -1}
+func (c *Core) newHandle(f *os.File, rel string, o handleOpts) (*Handle, error) {
+	h := &Handle{c: c, f: f, write: o.write, excluded: o.excluded, orig: o.orig, slot: -1}
 	if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err == nil {
 		h.readable = fl&syscall.O_ACCMODE != syscall.O_WRONLY
 	}
 	var st syscall.Stat_t
-	if write && !created && syscall.Fstat(int(f.Fd()), &st) == nil {
+	if o.write && !o.created && syscall.Fstat(int(f.Fd()), &st) == nil {
 		h.last, h.synced = statState(&st), true
 	}
-	if write && !excluded {
+	if o.write && !o.excluded {
 		in := intent{Type: journal.Write, Path: rel}
 		switch {
-		case orig != nil:
-			in.Base, in.Orig = orig.XXH64, &orig.File
-		case created:
+		case o.orig != nil:
+			in.Base, in.Orig = o.orig.XXH64, &o.orig.File
+		case o.created:
 		case st.Size == 0:
 			in.Base = emptySum
 		default:

@@ -280,17 +280,17 @@ func (c *Core) linkedName(old, rel string, st *syscall.Stat_t) {
 }
 
 // renamedNames keeps the index current after a rename through the mount
-// of src at oldRel to newRel (newEx: into scratch space), which replaced
-// tgt when replaced. An exchange is left to the check at the next use.
-func (c *Core) renamedNames(oldRel, newRel string, src, tgt *syscall.Stat_t, replaced, newEx bool, flags uint32) {
+// of src at oldRel to newRel, which replaced over (nil: nothing). An
+// exchange is left to the check at the next use.
+func (c *Core) renamedNames(oldRel, newRel string, src, over *syscall.Stat_t, flags uint32) {
 	if c.links == nil || flags&unix.RENAME_EXCHANGE != 0 {
 		return
 	}
-	if replaced && isReg(tgt) && tgt.Nlink > 1 {
-		c.links.unlinked(tgt.Ino, newRel)
+	if over != nil && isReg(over) && over.Nlink > 1 {
+		c.links.unlinked(over.Ino, newRel)
 	}
-	if newEx {
-		newRel = ""
+	if c.excluded(newRel) {
+		newRel = "" // scratch space is no name in the tree
 	}
 	switch {
 	case src.Mode&syscall.S_IFMT == syscall.S_IFDIR:

@@ -154,7 +154,7 @@ func TestLinkIndexHooks(t *testing.T) {
 	if err := os.Rename(c.abs("t/p=1/c"), c.abs("t/p=1/y")); err != nil {
 		t.Fatal(err)
 	}
-	c.renamedNames("t/p=1/c", "t/p=1/y", src, tgt, true, false, 0)
+	c.renamedNames("t/p=1/c", "t/p=1/y", src, tgt, 0)
 	checkNames(t, c.names(t, "t/p=1/a", 1), "t/p=1/a", "t/p=1/y")
 
 	// A directory renamed.
@@ -162,7 +162,7 @@ func TestLinkIndexHooks(t *testing.T) {
 	if err := os.Rename(c.abs("t/p=1"), c.abs("t/p=2")); err != nil {
 		t.Fatal(err)
 	}
-	c.renamedNames("t/p=1", "t/p=2", dir, nil, false, false, 0)
+	c.renamedNames("t/p=1", "t/p=2", dir, nil, 0)
 	checkNames(t, c.names(t, "t/p=2/y", 1), "t/p=2/y", "t/p=2/a")
 
 	// Into scratch space: no longer a name.
@@ -173,7 +173,7 @@ func TestLinkIndexHooks(t *testing.T) {
 	if err := os.Rename(c.abs("t/p=2"), c.abs("_temporary/p=2")); err != nil {
 		t.Fatal(err)
 	}
-	c.renamedNames("t/p=2", "_temporary/p=2", dir, nil, false, true, 0)
+	c.renamedNames("t/p=2", "_temporary/p=2", dir, nil, 0)
 	if n := len(c.links.names); n != 0 {
 		t.Errorf("after the move into scratch space the index holds %d inodes: %v", n, c.links.names)
 	}

@@ -300,7 +300,11 @@ func (c *Core) Rename(ctx context.Context, oldRel, newRel string, flags uint32, 
 		c.undoAll(kept)
 		return err
 	}
-	c.renamedNames(oldRel, newRel, &src, &tst, targetExists && flags&unix.RENAME_NOREPLACE == 0, newEx, flags)
+	var over *syscall.Stat_t // what the rename replaced, if anything
+	if targetExists && flags&unix.RENAME_NOREPLACE == 0 {
+		over = &tst
+	}
+	c.renamedNames(oldRel, newRel, &src, over, flags)
 	switch {
 	case oldEx && newEx:
 		return nil

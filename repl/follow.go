@@ -76,6 +76,9 @@ const (
 	followMinBackoff     = 250 * time.Millisecond
 	followMaxBackoff     = 10 * time.Second
 	followMaxBackoffLate = time.Minute
+	// watchMinBackoff is the first wait before a broken event stream is
+	// taken up again; it grows to followMaxBackoff.
+	watchMinBackoff = time.Second
 )
 
 // FollowConfig says what a Follower follows and how.
@@ -124,6 +127,9 @@ type Follower struct {
 
 	status  FollowStatus // what the status file says; written by the loop only
 	lastErr string       // the last failure logged
+
+	// sleep waits between two attempts; tests count the waits.
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // NewFollower takes the target (waiting up to cfg.Wait for another
@@ -143,7 +149,7 @@ func NewFollower(ctx context.Context, cfg FollowConfig) (*Follower, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Follower{cfg: cfg, target: lock.Target(), lock: lock, times: map[uint64]time.Time{}}
+	f := &Follower{cfg: cfg, target: lock.Target(), lock: lock, times: map[uint64]time.Time{}, sleep: backoff.Sleep}
 	f.work = FollowWork(f.target)
 	if err := f.open(); err != nil {
 		lock.Unlock()
@@ -221,7 +227,7 @@ func (f *Follower) Run(ctx context.Context) error {
 			}
 			wait := b.Next()
 			f.failed(err, b.Failures(), wait)
-			if backoff.Sleep(ctx, wait) != nil {
+			if f.sleep(ctx, wait) != nil {
 				return nil
 			}
 			continue
@@ -391,8 +397,10 @@ func (e timedEvents) Range(ctx context.Context, from, to uint64, fn func(*journa
 
 // watch follows the source's journal and signals wake at every new event,
 // so a round starts as soon as there is something to load; a broken stream
-// is taken up again after a pause (the rounds report the source's state).
+// is taken up again after a backoff, which an event delivered resets (the
+// rounds report the source's state).
 func (f *Follower) watch(ctx context.Context, wake chan<- struct{}) {
+	b := backoff.Backoff{Min: watchMinBackoff, Max: followMaxBackoff}
 	var next uint64
 	for ctx.Err() == nil {
 		if next == 0 {
@@ -403,6 +411,7 @@ func (f *Follower) watch(ctx context.Context, wake chan<- struct{}) {
 		if next != 0 {
 			f.cfg.Source.Follow(ctx, next, func(e *journal.Event) error {
 				next = e.ID + 1
+				b.Reset()
 				select {
 				case wake <- struct{}{}:
 				default:
@@ -410,9 +419,8 @@ func (f *Follower) watch(ctx context.Context, wake chan<- struct{}) {
 				return nil
 			})
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
+		if f.sleep(ctx, b.Next()) != nil {
+			return
 		}
 	}
 }

@@ -226,3 +226,58 @@ func TestFollowerHoldsTarget(t *testing.T) {
 	}
 	mustLoad(t, dump, target, s.fetcher())
 }
+
+// breakingStream is a source whose event stream breaks at once, but on
+// call deliverOn delivers the event asked for first. Only Last and Follow
+// are there: watch uses nothing else.
+type breakingStream struct {
+	FollowSource
+	last      uint64
+	deliverOn int
+	froms     []uint64
+}
+
+func (s *breakingStream) Last(context.Context) (uint64, error) { return s.last, nil }
+
+func (s *breakingStream) Follow(ctx context.Context, from uint64, fn func(*journal.Event) error) error {
+	s.froms = append(s.froms, from)
+	if len(s.froms) == s.deliverOn {
+		if err := fn(&journal.Event{ID: from}); err != nil {
+			return err
+		}
+	}
+	return errors.New("stream broke")
+}
+
+// TestFollowerWatchBacksOff: an event stream that keeps breaking is taken
+// up again after growing waits, soon again after one that delivered an
+// event, from the event after the last delivered.
+func TestFollowerWatchBacksOff(t *testing.T) {
+	src := &breakingStream{last: 7, deliverOn: 5}
+	// Without jitter; each wait is 0.5 to 1.5 times that, at most the cap.
+	steps := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, time.Second, 2 * time.Second, 4 * time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var waits []time.Duration
+	f := &Follower{cfg: FollowConfig{Source: src}, sleep: func(ctx context.Context, d time.Duration) error {
+		waits = append(waits, d)
+		if len(waits) == len(steps) {
+			cancel()
+		}
+		return ctx.Err()
+	}}
+	f.watch(ctx, make(chan struct{}, 1))
+
+	if len(waits) != len(steps) {
+		t.Fatalf("got %d waits %v, want %d", len(waits), waits, len(steps))
+	}
+	for i, d := range waits {
+		if lo, hi := steps[i]/2, min(steps[i]*3/2, followMaxBackoff); d < lo || d > hi {
+			t.Errorf("wait %d: got %v, want %v to %v (all: %v)", i+1, d, lo, hi, waits)
+		}
+	}
+	want := []uint64{8, 8, 8, 8, 8, 9, 9}
+	if !slices.Equal(src.froms, want) {
+		t.Errorf("streams from %v, want %v", src.froms, want)
+	}
+}

@@ -108,7 +108,9 @@ func Locate(ctx context.Context, p Places, f journal.File, after uint64, skipPat
 	next := after + 1 // the first event not read yet
 	start := now()
 	heard := start // when the journal last had news
-	pause := locatePause
+	// No jitter: the pauses wait for the local journal, not a shared server,
+	// and tests replay them exactly.
+	pause := backoff.Backoff{Min: locatePause, Max: locateQuiet / 2, NoJitter: true}
 	buf := make([]byte, 256<<10)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -142,10 +144,9 @@ func Locate(ctx context.Context, p Places, f journal.File, after uint64, skipPat
 		if !chase || t.Sub(start) >= locateFor || t.Sub(heard) >= locateQuiet {
 			return nil, 0, err
 		}
-		if err := sleep(ctx, pause); err != nil {
+		if err := sleep(ctx, pause.Next()); err != nil {
 			return nil, 0, err
 		}
-		pause = min(2*pause, locateQuiet/2)
 	}
 }
 

@@ -15,14 +15,16 @@ import (
 
 	"github.com/cmfs-project/cmfs/api/replpb"
 	"github.com/cmfs-project/cmfs/control"
+	"github.com/cmfs-project/cmfs/internal/backoff"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/upkeep"
 )
 
 // Retrying while the journal is locked and the control socket does not
-// answer (a mount starting or stopping): every retryMin, up to retryMax
-// apart, and for a call that does not follow at most retryFor in all.
+// answer (a mount starting or stopping): first after retryMin, then
+// backing off to retryMax apart, and for a call that does not follow at
+// most retryFor in all.
 const (
 	retryMin = 50 * time.Millisecond
 	retryMax = time.Second
@@ -83,7 +85,8 @@ func (s *Server) journalPath() string { return filepath.Join(s.cfg.State, stated
 
 // last returns the newest event id, from the mount when one answers.
 func (s *Server) last(ctx context.Context) (last uint64, mounted bool, err error) {
-	for wait, start := retryMin, time.Now(); ; wait = min(2*wait, retryMax) {
+	b, start := backoff.Backoff{Min: retryMin, Max: retryMax}, time.Now()
+	for {
 		if c, err := control.Dial(s.socket()); err == nil {
 			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 			st, err := c.Status(pctx)
@@ -108,7 +111,7 @@ func (s *Server) last(ctx context.Context) (last uint64, mounted bool, err error
 			last := j.Last()
 			return last, false, j.Close()
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := backoff.Sleep(ctx, b.Next()); err != nil {
 			return 0, false, err
 		}
 	}
@@ -160,7 +163,7 @@ func (s *Server) walk(ctx context.Context, from, to uint64, follow bool, fn func
 		next = e.ID + 1
 		return nil
 	}
-	start, wait := time.Now(), retryMin
+	b, start := backoff.Backoff{Min: retryMin, Max: retryMax}, time.Now()
 	var retry error // why the last round made no progress
 	for {
 		before := next
@@ -186,15 +189,15 @@ func (s *Server) walk(ctx context.Context, from, to uint64, follow bool, fn func
 		// A mount stopped under a follow (nil), or the journal cannot
 		// be read just now (retryError): go round again.
 		if next != before {
-			start, wait = time.Now(), retryMin
+			b.Reset()
+			start = time.Now()
 		}
 		if !follow && retry != nil && time.Since(start) > retryFor {
 			return retry
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := backoff.Sleep(ctx, b.Next()); err != nil {
 			return err
 		}
-		wait = min(2*wait, retryMax)
 	}
 }
 
@@ -236,18 +239,6 @@ func (s *Server) walkJournal(ctx context.Context, from, to uint64, follow bool, 
 		return &retryError{s.lockedErr()}
 	}
 	return err
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // serverEvents reads the server's journal as repl.Events, for following

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cmfs-project/cmfs/cmroot"
-	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/fusefs"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/upkeep"
@@ -174,7 +174,7 @@ func problems(r upkeep.Report) string {
 }
 
 // recoverOffline journals the changes a mount that died left without
-// their events (fs.Recover), with the journal opened for writing.
+// their events (fusefs.Recover), with the journal opened for writing.
 func recoverOffline(ctx context.Context, t target) (protect.Recovery, error) {
 	if t.backing == "" {
 		return protect.Recovery{}, nil // never mounted: nothing can be in flight
@@ -189,7 +189,7 @@ func recoverOffline(ctx context.Context, t target) (protect.Recovery, error) {
 		return protect.Recovery{}, err
 	}
 	defer store.Close()
-	rec, err := cmfs.Recover(ctx, cmfs.Config{Backing: t.backing, State: t.state, CMRoot: t.cmroot()}.WithDefaults(), j, store)
+	rec, err := fusefs.Recover(ctx, fusefs.Config{Backing: t.backing, State: t.state, CMRoot: t.cmroot()}.WithDefaults(), j, store)
 	if err != nil {
 		return rec, fmt.Errorf("recover: %w", err)
 	}

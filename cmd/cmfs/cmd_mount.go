@@ -21,7 +21,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/control"
-	cmfs "github.com/cmfs-project/cmfs/fs"
+	"github.com/cmfs-project/cmfs/fusefs"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/upkeep"
@@ -85,7 +85,7 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 // mountPlan is a validated mount request.
 type mountPlan struct {
 	mountpoint string
-	cfg        cmfs.Config
+	cfg        fusefs.Config
 }
 
 func (p mountPlan) target() target {
@@ -140,7 +140,7 @@ func planMount(opts mountOptions, args []string) (mountPlan, error) {
 	if sock := filepath.Join(state, statedir.SocketFile); len(sock) > maxSocketPath {
 		return p, fmt.Errorf("state directory %s is too deep: the control socket path would be %d bytes, a unix socket allows %d", state, len(sock), maxSocketPath)
 	}
-	cfg := cmfs.Config{
+	cfg := fusefs.Config{
 		Backing:        backing,
 		State:          state,
 		CMRoot:         cmrootDir,
@@ -277,7 +277,7 @@ func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (
 	// (Mount returns after go-fuse's own first requests): that is what
 	// "ready" means to `mount --daemon` and to scripts, and a kill -9
 	// before it cannot leave the process waiting on its own mount.
-	server, rec, err := cmfs.Mount(plan.mountpoint, cfg, j, store)
+	server, rec, err := fusefs.Mount(plan.mountpoint, cfg, j, store)
 	if f := rec.Findings(cfg.State); f != "" {
 		// What recovery found is for the operator (--daemon copies it).
 		fmt.Fprintf(g.stderr, "cmfs: recovery: %s\n", f)

@@ -13,7 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	fusefs "github.com/hanwen/go-fuse/v2/fs"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
 )
 
 func main() {
@@ -28,13 +28,13 @@ func main() {
 }
 
 func run(backing, mnt string) error {
-	root, err := fusefs.NewLoopbackRoot(backing)
+	root, err := gofs.NewLoopbackRoot(backing)
 	if err != nil {
 		return fmt.Errorf("loopback %s: %w", backing, err)
 	}
 	// nil options: go-fuse's defaults (1 s entry and attribute timeouts,
 	// FUSE passthrough where the kernel and privileges allow it).
-	server, err := fusefs.Mount(mnt, root, nil)
+	server, err := gofs.Mount(mnt, root, nil)
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", mnt, err)
 	}

@@ -1,4 +1,4 @@
-// Package fs is cmfs's FUSE layer: a go-fuse loopback filesystem over a
+// Package fusefs is cmfs's FUSE layer: a go-fuse loopback filesystem over a
 // backing directory whose every operation that could destroy content goes
 // through the protection core (package protect). Each method turns the
 // node into a path relative to the backing directory, holds what the core
@@ -12,4 +12,4 @@
 // directory listing hides the state directory and cmroot; links that only
 // cmroot holds are not counted in nlink, so a preserved file looks deleted
 // to every program.
-package fs
+package fusefs
