@@ -102,24 +102,6 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-func TestParseMountinfo(t *testing.T) {
-	tests := []struct {
-		line string
-		want mountEntry
-		ok   bool
-	}{
-		{`36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue`, mountEntry{"/mnt2", "ext3", "/dev/root"}, true},
-		{`46 27 0:43 / /tmp/a\040b rw,nosuid - fuse.cmfs /data/my\040wh rw,user_id=0`, mountEntry{"/tmp/a b", "fuse.cmfs", "/data/my wh"}, true},
-		{`garbage`, mountEntry{}, false},
-	}
-	for _, tt := range tests {
-		got, ok := parseMountinfo(tt.line)
-		if got != tt.want || ok != tt.ok {
-			t.Errorf("parseMountinfo(%q) = %+v, %v; want %+v, %v", tt.line, got, ok, tt.want, tt.ok)
-		}
-	}
-}
-
 func TestWithin(t *testing.T) {
 	tests := []struct {
 		p, base string
