@@ -133,17 +133,6 @@ func TestLargeFile(t *testing.T) {
 	}
 }
 
-func TestUnescapeMountinfo(t *testing.T) {
-	if got := unescapeMountinfo(`/tmp/a\040b`); got != "/tmp/a b" {
-		t.Errorf("got %q, want %q", got, "/tmp/a b")
-	}
-	line := `36 35 0:42 / /mnt/x\040y rw,nosuid - fuse.loopbackfs /src rw`
-	point, fstype, ok := parseMountinfo(line)
-	if !ok || point != "/mnt/x y" || fstype != "fuse.loopbackfs" {
-		t.Errorf("parseMountinfo = %q, %q, %v", point, fstype, ok)
-	}
-}
-
 func TestRunTimedNoTimeout(t *testing.T) {
 	m, err := runTimed(time.Minute, &Mount{}, func() (Measurement, error) {
 		return Measurement{Ops: 1, Elapsed: time.Millisecond}, nil

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+
+	"github.com/cmfs-project/cmfs/internal/procfs"
 )
 
 // Machine describes where a run took place.
@@ -114,28 +116,17 @@ func filesystem(dir string) string {
 	if real, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = real
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := procfs.Mounts()
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
 	best, desc := "", ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
+	for _, m := range ms {
+		if !(dir == m.Point || m.Point == "/" || strings.HasPrefix(dir, m.Point+"/")) || len(m.Point) < len(best) {
 			continue
 		}
-		point := unescapeMountinfo(fields[4])
-		if !(dir == point || point == "/" || strings.HasPrefix(dir, point+"/")) || len(point) < len(best) {
-			continue
-		}
-		for i, fld := range fields {
-			if fld == "-" && i+2 < len(fields) {
-				best = point
-				desc = fmt.Sprintf("%s on %s (mounted at %s, options %s)", fields[i+1], fields[i+2], point, fields[5])
-			}
-		}
+		best = m.Point
+		desc = fmt.Sprintf("%s on %s (mounted at %s, options %s)", m.FSType, m.Source, m.Point, m.Options)
 	}
 	return desc
 }

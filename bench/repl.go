@@ -68,6 +68,15 @@ func (r *ReplRow) FailBase(err error) {
 	}
 }
 
+// FailRows records err in every row of a phase that cannot go on, and
+// returns them.
+func FailRows(rows []*ReplRow, err error) []*ReplRow {
+	for _, r := range rows {
+		r.Fail(err)
+	}
+	return rows
+}
+
 // Value is the median of the runs; ok is false when there is none.
 func (r *ReplRow) Value() (float64, bool) {
 	if r.Err != "" || len(r.Runs) == 0 {

@@ -47,29 +47,22 @@ func (f *filler) block(tag, index uint64) []byte {
 // SeqWrite creates path (it must not exist), writes size bytes in Chunk
 // writes, fsyncs and closes it. The time covers open to close.
 func SeqWrite(path string, size int64, tag uint64) (Measurement, error) {
-	fill := newFiller(Chunk, tag)
-	start := time.Now()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return Measurement{}, err
-	}
-	n, err := writeAll(f, size, fill, tag)
-	if err != nil {
-		f.Close()
-		return Measurement{}, err
-	}
-	if err := closeSynced(f); err != nil {
-		return Measurement{}, err
-	}
-	return Measurement{Elapsed: time.Since(start), Bytes: n, Ops: 1}, nil
+	return writeFile(path, os.O_CREATE|os.O_EXCL, size, tag)
 }
 
 // Overwrite opens the existing path with O_TRUNC|O_WRONLY, writes size bytes
 // of new content, fsyncs and closes it. The time covers open to close.
 func Overwrite(path string, size int64, tag uint64) (Measurement, error) {
+	return writeFile(path, os.O_TRUNC, size, tag)
+}
+
+// writeFile opens path write-only with flag added, writes size bytes of
+// content tag in Chunk writes, fsyncs and closes it: the time covers open
+// to close.
+func writeFile(path string, flag int, size int64, tag uint64) (Measurement, error) {
 	fill := newFiller(Chunk, tag)
 	start := time.Now()
-	f, err := os.OpenFile(path, os.O_TRUNC|os.O_WRONLY, 0)
+	f, err := os.OpenFile(path, flag|os.O_WRONLY, 0o644)
 	if err != nil {
 		return Measurement{}, err
 	}

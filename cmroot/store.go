@@ -213,7 +213,7 @@ func (s *Store) open() error {
 	}
 	// Nobody else has the store open, so whatever is in .tmp is a copy that
 	// a crash interrupted.
-	if err := clearDir(filepath.Join(s.dir, tmpDir)); err != nil {
+	if err := durable.ClearDir(filepath.Join(s.dir, tmpDir)); err != nil {
 		return err
 	}
 	return s.openIndex()

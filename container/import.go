@@ -547,9 +547,9 @@ const kickEvery = 32 << 20
 // kick starts writeback of what was written to f since the last kick
 // (once kickEvery bytes have gathered, or at the end), without waiting
 // for it: the disk writes while the rest is extracted, and the fsync
-// before the rename finds little left to do. Measured in
-// BenchmarkExportImport: about 1.5× the throughput of leaving it all to
-// the final sync. Advisory: errors are the fsync's to report.
+// before the rename finds little left to do (BenchmarkExportImport
+// measures the gain; docs/bench.md, "Containers"). Advisory: errors are
+// the fsync's to report.
 func (im *importer) kick(f *os.File, written int64, end bool) {
 	if !im.s.sync || written == im.kicked || (!end && written-im.kicked < kickEvery) {
 		return

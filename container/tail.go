@@ -17,13 +17,12 @@ const punchEvery = 8 << 20
 // appends to the file and the extraction reads behind it, waiting for
 // bytes not yet there, so that the two run at once. What the extraction
 // has consumed is punched out of the file (FALLOC_FL_PUNCH_HOLE), so its
-// pages are dropped instead of written back. Received whole first, a
-// tarball beyond the page cache's dirty limits went to the disk in full
-// before it was deleted, and the extraction only began once the last byte
-// had come: containerbench pushed a 4 GiB container at 175 MB/s writing
-// 2.0 bytes to the disk per byte of data, and at 369 MB/s writing 1.0
-// this way (tar | tar over loopback: 320). Punching is advisory; a
-// filesystem without it just writes more.
+// pages are dropped instead of written back. A tarball received whole
+// before its extraction would, beyond the page cache's dirty limits, go to
+// the disk in full before it is deleted — every byte written twice — and
+// the extraction could not begin before the last byte came (docs/bench.md,
+// "Containers", has the numbers). Punching is advisory; a filesystem
+// without it just writes more.
 //
 // One goroutine receives (wrote, finish), one extracts (Read, Seek,
 // await, release).

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cmfs-project/cmfs/internal/durable"
 )
 
 // VolumeInfo describes one volume of a Store.
@@ -88,7 +90,7 @@ func openVolume(dir string) (*volume, error) {
 		}
 		// Nobody else holds the volume, so this is what a kill -9 left:
 		// a partial tarball, a half-extracted or half-deleted container.
-		if err := clearDir(p); err != nil {
+		if err := durable.ClearDir(p); err != nil {
 			lf.Close()
 			return nil, err
 		}
@@ -97,20 +99,6 @@ func openVolume(dir string) (*volume, error) {
 }
 
 func (v *volume) path(name string) string { return filepath.Join(v.dir, name) }
-
-// clearDir removes everything inside dir.
-func clearDir(dir string) error {
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, de := range des {
-		if err := os.RemoveAll(filepath.Join(dir, de.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // dirSize returns the bytes of the regular files under dir.
 func dirSize(dir string) int64 {

@@ -28,11 +28,11 @@ import (
 	"github.com/cmfs-project/cmfs/internal/auth"
 )
 
-// TestReplicadAuth is issue 9's reproduction: a root-only file in a
-// mount with allow_other, served by `replicad serve`, must not reach a
-// local user who cannot read the serving account's token file — by any
-// client command, nor by a raw gRPC client of any service. Root, with
-// the token file, gets it.
+// TestReplicadAuth checks who may read through replicad: a root-only file
+// in a mount with allow_other, served by `replicad serve`, must not reach
+// a local user who cannot read the serving account's token file — by any
+// client command, nor by a raw gRPC client of any service. Root, with the
+// token file, gets it.
 func TestReplicadAuth(t *testing.T) {
 	bin := replicadPath(t)
 	if os.Getuid() != 0 {

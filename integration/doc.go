@@ -1,11 +1,21 @@
-// Package integration holds the end-to-end tests of cmfs: they build the
-// real bin/cmfs, mount it with FUSE, drive it with real processes and
+// Package integration holds the end-to-end tests of cmfs and replicad.
+// They run the real binaries (bin/cmfs and bin/replicad, which `make
+// build` makes), mount cmfs with FUSE, drive it with real processes and
 // system calls, and check what it leaves behind with independent tools
-// (xxhsum, the read-only journal, the cmroot files themselves).
+// (xxhsum, the read-only journal, the cmroot files themselves):
 //
-// The tests need /dev/fuse and root. Without them every test skips with
-// the reason; with CI=true in the environment such a skip is a failure.
-// Every test's mounts are unmounted in t.Cleanup, after which the journal
-// is verified and `cmfs fsck` must pass, so each test also checks the
-// invariants of what it did.
+//   - cmfs: protection of every destructive operation, crashes at each
+//     failpoint and kill -9 loops, a power loss (the mount over a lazyfs
+//     whose unsynced writes are dropped), full disks, bad input;
+//   - replicad: dump, load and follow between a source mount and a
+//     target, slots, containers replicated between `replicad serve`
+//     nodes, with faults on the wire from an in-process toxiproxy and
+//     nodes in network namespaces of their own, and authentication
+//     (tokens, mutual TLS) refused and accepted.
+//
+// The tests need /dev/fuse and root: without them every test skips with
+// the reason, and with CI=true in the environment such a skip is a
+// failure. Without xxhsum the package refuses to run. Every test's mounts are unmounted in t.Cleanup, after which the
+// journal is verified and `cmfs fsck` must pass, so each test also checks
+// the invariants of what it did.
 package integration

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/internal/auth"
+	"github.com/cmfs-project/cmfs/internal/procfs"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -346,60 +347,12 @@ func forceUnmount(t testing.TB, mp string) {
 }
 
 // isMounted reports whether mp is a mount point, from /proc/self/mountinfo.
-func isMounted(mp string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && unescapeMountinfo(f[4]) == mp {
-			return true
-		}
-	}
-	return false
-}
-
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+func isMounted(mp string) bool { return procfs.Mounted(mp) }
 
 // daemonPIDs lists the processes other than this one that carry mp as a
 // command-line argument: the cmfs daemon serving it.
 func daemonPIDs(mp string) []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		for _, arg := range strings.Split(string(b), "\x00") {
-			if arg == mp {
-				pids = append(pids, pid)
-				break
-			}
-		}
-	}
-	return pids
+	return procfs.PIDs(func(args []string) bool { return slices.Contains(args, mp) })
 }
 
 // reapDaemons waits for the daemons of an unmounted mp to exit; one that

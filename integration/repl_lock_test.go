@@ -17,8 +17,8 @@ import (
 // refusalLine is the one line a loader refused by a busy target prints.
 var refusalLine = regexp.MustCompile(`^replicad: target (\S+) is being loaded by pid (\d+) \((replicad (load|follow) [^)]*)\) since (\S+)\n$`)
 
-// TestReplLoadersOneAtATime reproduces issue 9, defect 2: two loads (and a
-// follow) started at once on one target. A target belongs to one loader at
+// TestReplLoadersOneAtATime starts two loads (and a follow) at once on one
+// target. A target belongs to one loader at
 // a time: every other one is refused with one line naming the holder, or,
 // with --wait, waits for it. Every process exits 0 or with that line, the
 // events are applied once in all (no two loaders applied the same ones),

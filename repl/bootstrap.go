@@ -102,7 +102,7 @@ func dumpBootstrap(ctx context.Context, events Events, out string, opts DumpOpti
 			return res, nil
 		}
 		// Interrupted: the walk is redone from scratch.
-		if err := clearDir(out); err != nil {
+		if err := durable.ClearDir(out); err != nil {
 			return res, err
 		}
 	}
@@ -230,20 +230,6 @@ func writeUnit(out string, u *unit) error {
 		b = AppendSymlink(b, l.Path, l.Target)
 	}
 	return os.WriteFile(filepath.Join(dir, symlinksFile), b, 0o644)
-}
-
-// clearDir removes everything inside dir.
-func clearDir(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // seedFilterCatalog leaves a filter's own catalog at or before to, where

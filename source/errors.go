@@ -2,12 +2,12 @@ package source
 
 import (
 	"errors"
-	"fmt"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/rpcerr"
+	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 	"github.com/cmfs-project/cmfs/slot"
@@ -59,12 +59,12 @@ type sentinel struct {
 func (e *sentinel) Error() string { return e.msg }
 func (e *sentinel) Unwrap() error { return e.is }
 
-// insecureError keeps the message the operator reads free of the
-// sentinel's text.
+// insecureError is tlsconfig's refusal, in its words (which name the TLS
+// flags), wrapping this package's sentinel.
 type insecureError struct{ op, addr string }
 
 func (e *insecureError) Error() string {
-	return fmt.Sprintf("refusing to %s %s without TLS; mTLS comes with containers — use 127.0.0.1", e.op, e.addr)
+	return (&tlsconfig.InsecureError{Op: e.op, Addr: e.addr}).Error()
 }
 
 func (e *insecureError) Unwrap() error { return ErrInsecure }

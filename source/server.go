@@ -220,8 +220,9 @@ func (s *Server) Close() error {
 // after exists (ingest.Waiter).
 func (s *Server) Journal() repl.Events { return serverEvents{s} }
 
-// ListenAndServe listens on addr, which must be a loopback address (TLS
-// is not there yet), and serves until ctx ends.
+// ListenAndServe listens on addr, which must be a loopback address (it
+// serves without TLS; a node serves this service over mutual TLS on its
+// own listener), and serves until ctx ends.
 //
 // Errors: ErrInsecure (wrapped) for an address that is, or resolves to,
 // anything but loopback; the listener's error.

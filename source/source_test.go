@@ -387,7 +387,7 @@ func TestNonLoopbackRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = srv.ListenAndServe(ctx, "0.0.0.0:9860")
-	want := "refusing to listen on 0.0.0.0:9860 without TLS; mTLS comes with containers — use 127.0.0.1"
+	want := "refusing to listen on 0.0.0.0:9860 without TLS (--tls-cert, --tls-key, --tls-ca); use a loopback address such as 127.0.0.1"
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v, want %q", err, want)
 	}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/cmfs-project/cmfs/internal/cli"
-
 	"bytes"
 	"context"
 	"errors"
@@ -15,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cmfs-project/cmfs/internal/cli"
+	"github.com/cmfs-project/cmfs/internal/procfs"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 )
 
@@ -88,7 +88,7 @@ func unmount(mnt string) error {
 // mountOwner finds the pid of the cmfs process serving the mount at mnt,
 // through the mount record in its state directory: the default one below
 // the backing directory the mount names as its source. 0 if unknown.
-func mountOwner(m mountEntry, mnt string) int {
+func mountOwner(m procfs.Mount, mnt string) int {
 	if !filepath.IsAbs(m.Source) {
 		return 0
 	}

@@ -2,12 +2,13 @@
 // preserves every deleted or overwritten file in a cmroot and journals
 // every change, and reads, restores and maintains what it kept.
 //
-// Each subcommand lives in its own cmd_<name>.go as a thin cobra wrapper
-// around a runX(ctx, opts, args) function that tests call directly.
+// Each subcommand lives in its own cmd_<name>.go: newXCmd declares its
+// flags and help text and passes them to runX(ctx, g, opts, args), which
+// does the work. Tests run whole command lines in-process (program, through
+// internal/cli/clitest).
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -47,10 +48,10 @@ directory, BACKING/.cmfs by default.`,
 	return root
 }
 
-// run executes the command line and returns the process exit code.
-func run(ctx context.Context, g *globalOptions, args []string) int {
-	return cli.Run(ctx, "cmfs", newRootCmd(g), g.stderr, args)
-}
+// program is cmfs as cli runs it: tests run it in-process.
+var program = cli.Program{Name: "cmfs", Root: func(stdout, stderr io.Writer) *cobra.Command {
+	return newRootCmd(&globalOptions{stdout: stdout, stderr: stderr})
+}}
 
 func main() {
 	// Tests arm failpoints in a mount they mean to kill mid-change.
@@ -58,7 +59,5 @@ func main() {
 		fmt.Fprintln(os.Stderr, "cmfs:", err)
 		os.Exit(1)
 	}
-	cli.Main(func(ctx context.Context) int {
-		return run(ctx, &globalOptions{stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:])
-	})
+	program.Main()
 }

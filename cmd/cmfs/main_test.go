@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmfs-project/cmfs/internal/cli/clitest"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -18,9 +18,7 @@ import (
 // and stderr.
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	code := run(context.Background(), &globalOptions{stdout: &out, stderr: &errb}, args)
-	return code, out.String(), errb.String()
+	return clitest.Run(t, program, args...)
 }
 
 // TestBadInput checks that every bad command line fails with one clear
@@ -83,40 +81,12 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, _, stderr := runCLI(t, tt.args...)
-			if code == 0 {
-				t.Fatalf("exit 0, want failure; stderr %q", stderr)
-			}
-			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
-			if len(lines) != 1 || !strings.HasPrefix(lines[0], "cmfs: ") {
-				t.Errorf("stderr = %q, want one line starting with \"cmfs: \"", stderr)
-			}
-			if !strings.Contains(stderr, tt.want) {
-				t.Errorf("stderr = %q, want it to mention %q", stderr, tt.want)
-			}
+			clitest.Refused(t, program, tt.args, tt.want)
 		})
 	}
 	// Failed validation leaves no state behind in the backing directory.
 	if _, err := os.Stat(filepath.Join(backing, ".cmfs")); !os.IsNotExist(err) {
 		t.Errorf("a failed mount left %s/.cmfs behind (err %v)", backing, err)
-	}
-}
-
-func TestParseMountinfo(t *testing.T) {
-	tests := []struct {
-		line string
-		want mountEntry
-		ok   bool
-	}{
-		{`36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue`, mountEntry{"/mnt2", "ext3", "/dev/root"}, true},
-		{`46 27 0:43 / /tmp/a\040b rw,nosuid - fuse.cmfs /data/my\040wh rw,user_id=0`, mountEntry{"/tmp/a b", "fuse.cmfs", "/data/my wh"}, true},
-		{`garbage`, mountEntry{}, false},
-	}
-	for _, tt := range tests {
-		got, ok := parseMountinfo(tt.line)
-		if got != tt.want || ok != tt.ok {
-			t.Errorf("parseMountinfo(%q) = %+v, %v; want %+v, %v", tt.line, got, ok, tt.want, tt.ok)
-		}
 	}
 }
 

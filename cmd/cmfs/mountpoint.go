@@ -1,85 +1,24 @@
 package main
 
 import (
-	"github.com/cmfs-project/cmfs/internal/cli"
-
-	"bufio"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/cmfs-project/cmfs/internal/cli"
+	"github.com/cmfs-project/cmfs/internal/procfs"
 )
-
-// mountEntry is one line of /proc/self/mountinfo.
-type mountEntry struct {
-	Point  string
-	FSType string
-	Source string
-}
-
-// mounts reads /proc/self/mountinfo.
-func mounts() ([]mountEntry, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []mountEntry
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if m, ok := parseMountinfo(sc.Text()); ok {
-			out = append(out, m)
-		}
-	}
-	return out, sc.Err()
-}
-
-// parseMountinfo parses one mountinfo line:
-// "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue".
-func parseMountinfo(line string) (mountEntry, bool) {
-	pre, post, ok := strings.Cut(line, " - ")
-	if !ok {
-		return mountEntry{}, false
-	}
-	f, g := strings.Fields(pre), strings.Fields(post)
-	if len(f) < 5 || len(g) < 2 {
-		return mountEntry{}, false
-	}
-	return mountEntry{Point: unescapeOctal(f[4]), FSType: g[0], Source: unescapeOctal(g[1])}, true
-}
-
-// unescapeOctal undoes the kernel's \ooo escaping of space, tab, newline
-// and backslash in mountinfo.
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
 
 // findMount returns the mountinfo entry mounted at path (the last one:
 // mounts stack).
-func findMount(path string) (mountEntry, bool) {
-	ms, err := mounts()
+func findMount(path string) (procfs.Mount, bool) {
+	ms, err := procfs.Mounts()
 	if err != nil {
-		return mountEntry{}, false
+		return procfs.Mount{}, false
 	}
-	var found mountEntry
+	var found procfs.Mount
 	var ok bool
 	for _, m := range ms {
 		if m.Point == path {

@@ -74,6 +74,25 @@ func (o *containerOptions) dial(ctx context.Context) (*peer.Client, error) {
 	return peer.Dial(ctx, o.server, peer.WithToken(token))
 }
 
+// onContainer calls op on the node for the one container ID args name
+// and returns the descriptor the node answers with.
+func (o *containerOptions) onContainer(ctx context.Context, args []string, op func(*peer.Client, context.Context, uint64) (container.Descriptor, error)) (container.Descriptor, error) {
+	id, err := oneID(args)
+	if err != nil {
+		return container.Descriptor{}, err
+	}
+	c, err := o.dial(ctx)
+	if err != nil {
+		return container.Descriptor{}, err
+	}
+	defer c.Close()
+	d, err := op(c, ctx, id)
+	if err != nil {
+		return container.Descriptor{}, o.nodeError("", err) // the node's message names the container
+	}
+	return d, nil
+}
+
 // nodeError says what failed on the node. A node this client cannot
 // reach is said so plainly, and so is a peer the node could not reach,
 // instead of in gRPC's words; what is "" for an error whose message names

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cmfs-project/cmfs/peer"
 )
 
 func newContainerCloseCmd(g *globalOptions, opts *containerOptions) *cobra.Command {
@@ -24,18 +26,9 @@ still served; close it again once there is room.`,
 }
 
 func runContainerClose(ctx context.Context, g *globalOptions, opts *containerOptions, args []string) error {
-	id, err := oneID(args)
+	d, err := opts.onContainer(ctx, args, (*peer.Client).CloseContainer)
 	if err != nil {
 		return err
-	}
-	c, err := opts.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	d, err := c.CloseContainer(ctx, id)
-	if err != nil {
-		return opts.nodeError("", err) // the node's message names the container
 	}
 	fmt.Fprintln(g.stdout, summary(d))
 	return nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/internal/cli"
+	"github.com/cmfs-project/cmfs/peer"
 )
 
 func newContainerVerifyCmd(g *globalOptions, opts *containerOptions) *cobra.Command {
@@ -27,22 +28,13 @@ Prints the container's state; exits 1 when it is UNHEALTHY.`,
 }
 
 func runContainerVerify(ctx context.Context, g *globalOptions, opts *containerOptions, args []string) error {
-	id, err := oneID(args)
+	d, err := opts.onContainer(ctx, args, (*peer.Client).Verify)
 	if err != nil {
 		return err
-	}
-	c, err := opts.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	d, err := c.Verify(ctx, id)
-	if err != nil {
-		return opts.nodeError("", err) // the node's message names the container
 	}
 	fmt.Fprintln(g.stdout, summary(d))
 	if d.State == container.Unhealthy {
-		return &cli.ExitError{Code: 1, Msg: fmt.Sprintf("container %d is UNHEALTHY: %s", id, d.Reason)}
+		return &cli.ExitError{Code: 1, Msg: fmt.Sprintf("container %d is UNHEALTHY: %s", d.ID, d.Reason)}
 	}
 	return nil
 }

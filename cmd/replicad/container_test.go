@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/cli/clitest"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -130,17 +131,7 @@ func TestContainerBadInput(t *testing.T) {
 // mentions want.
 func expectRefusal(t *testing.T, args []string, want string) {
 	t.Helper()
-	code, _, stderr := runCLI(t, args...)
-	if code == 0 {
-		t.Fatalf("exit 0, want failure; stderr %q", stderr)
-	}
-	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
-	if len(lines) != 1 || !strings.HasPrefix(lines[0], "replicad: ") {
-		t.Errorf("stderr = %q, want one line starting with \"replicad: \"", stderr)
-	}
-	if !strings.Contains(stderr, want) {
-		t.Errorf("stderr = %q, want it to mention %q", stderr, want)
-	}
+	clitest.Refused(t, program, args, want)
 }
 
 // syncBuffer is a bytes.Buffer safe to write from serve's goroutine while
@@ -172,7 +163,7 @@ func serveInProcess(t *testing.T, args ...string) (string, *syncBuffer) {
 	var out, errb syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, &globalOptions{stdout: &out, stderr: &errb}, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...))
+		done <- program.Run(ctx, &out, &errb, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...))
 	}()
 	t.Cleanup(func() {
 		cancel()

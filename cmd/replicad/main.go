@@ -3,14 +3,14 @@
 // and applies dumps at a destination warehouse so that it passes through
 // exactly the states the source passed through.
 //
-// Each subcommand lives in its own cmd_<name>.go as a thin cobra wrapper
-// around a runX(ctx, opts, args) function that tests call directly.
+// Each subcommand lives in its own cmd_<name>.go: newXCmd declares its
+// flags and help text and passes them to runX(ctx, g, opts, args), which
+// does the work. Tests run whole command lines in-process (program, through
+// internal/cli/clitest).
 package main
 
 import (
-	"context"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -47,13 +47,11 @@ replicates them to peers ('replicad serve --volume', 'replicad container').`,
 	return root
 }
 
-// run executes the command line and returns the process exit code.
-func run(ctx context.Context, g *globalOptions, args []string) int {
-	return cli.Run(ctx, "replicad", newRootCmd(g), g.stderr, args)
-}
+// program is replicad as cli runs it: tests run it in-process.
+var program = cli.Program{Name: "replicad", Root: func(stdout, stderr io.Writer) *cobra.Command {
+	return newRootCmd(&globalOptions{stdout: stdout, stderr: stderr})
+}}
 
 func main() {
-	cli.Main(func(ctx context.Context) int {
-		return run(ctx, &globalOptions{stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:])
-	})
+	program.Main()
 }

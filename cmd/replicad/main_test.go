@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/internal/auth"
+	"github.com/cmfs-project/cmfs/internal/cli/clitest"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 )
@@ -52,9 +52,7 @@ func testToken(t *testing.T) string {
 // and stderr.
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	code := run(context.Background(), &globalOptions{stdout: &out, stderr: &errb}, args)
-	return code, out.String(), errb.String()
+	return clitest.Run(t, program, args...)
 }
 
 // TestBadInput checks that every bad command line fails with one clear
@@ -126,17 +124,7 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, _, stderr := runCLI(t, tt.args...)
-			if code == 0 {
-				t.Fatalf("exit 0, want failure; stderr %q", stderr)
-			}
-			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
-			if len(lines) != 1 || !strings.HasPrefix(lines[0], "replicad: ") {
-				t.Errorf("stderr = %q, want one line starting with \"replicad: \"", stderr)
-			}
-			if !strings.Contains(stderr, tt.want) {
-				t.Errorf("stderr = %q, want it to mention %q", stderr, tt.want)
-			}
+			clitest.Refused(t, program, tt.args, tt.want)
 		})
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/sys/unix"
+
+	"github.com/cmfs-project/cmfs/internal/cli"
 )
 
 // isTerminal reports whether w is a terminal: progress is drawn only there.
@@ -71,15 +73,4 @@ func (b *bar) Done() {
 }
 
 // shortBytes prints a byte count in binary units, for progress lines.
-func shortBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+func shortBytes(n int64) string { return cli.ShortBytes(n) }

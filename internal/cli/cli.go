@@ -112,14 +112,8 @@ func UnwrapPath(err error) error {
 
 // Bytes prints a byte count exactly and, when large, in binary units.
 func Bytes(n int64) string {
-	const unit = 1024
-	if n < unit {
+	if n < 1024 {
 		return fmt.Sprintf("%d bytes", n)
 	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%d bytes (%.1f %ciB)", n, float64(n)/float64(div), "KMGTPE"[exp])
+	return fmt.Sprintf("%d bytes (%s)", n, ShortBytes(n))
 }

@@ -113,3 +113,18 @@ func (r *ByteRate) Set(s string) error {
 }
 
 func (r *ByteRate) Type() string { return "rate" }
+
+// ShortBytes prints a byte count in binary units ("1.5 MiB"), below 1 KiB
+// in bytes ("512 B"): for progress lines, where Bytes is too long.
+func ShortBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -67,3 +67,24 @@ func TestFormatBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestBytes(t *testing.T) {
+	tests := []struct {
+		n            int64
+		short, exact string
+	}{
+		{0, "0 B", "0 bytes"},
+		{1023, "1023 B", "1023 bytes"},
+		{1024, "1.0 KiB", "1024 bytes (1.0 KiB)"},
+		{1536 << 10, "1.5 MiB", "1572864 bytes (1.5 MiB)"},
+		{5 << 30, "5.0 GiB", "5368709120 bytes (5.0 GiB)"},
+	}
+	for _, tt := range tests {
+		if got := ShortBytes(tt.n); got != tt.short {
+			t.Errorf("ShortBytes(%d) = %q, want %q", tt.n, got, tt.short)
+		}
+		if got := Bytes(tt.n); got != tt.exact {
+			t.Errorf("Bytes(%d) = %q, want %q", tt.n, got, tt.exact)
+		}
+	}
+}

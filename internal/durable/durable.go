@@ -142,3 +142,18 @@ func RenameNoReplace(oldpath, newpath string) error {
 	}
 	return nil
 }
+
+// ClearDir removes everything inside dir, and keeps dir: what interrupted
+// writes left in a temporary directory, or a half-made output.
+func ClearDir(dir string) error {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, de := range des {
+		if err := os.RemoveAll(filepath.Join(dir, de.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}

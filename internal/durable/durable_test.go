@@ -90,3 +90,24 @@ func TestRenameNoReplace(t *testing.T) {
 		t.Errorf("old name after the rename: %v, want gone", err)
 	}
 }
+
+func TestClearDir(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{"a/b/c", "d"} {
+		if err := os.MkdirAll(filepath.Join(dir, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a/b/f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := ClearDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if des, err := os.ReadDir(dir); err != nil || len(des) != 0 {
+		t.Errorf("after ClearDir: %d entries, %v; want an empty directory", len(des), err)
+	}
+	if err := ClearDir(filepath.Join(dir, "missing")); !os.IsNotExist(err) {
+		t.Errorf("ClearDir(missing) = %v, want not exist", err)
+	}
+}

@@ -24,7 +24,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -45,19 +44,7 @@ type options struct {
 	keep          bool
 }
 
-func main() {
-	opts, err := parseFlags(os.Args[1:])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cmfsbench:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
-	if err := run(ctx, os.Stdout, os.Stderr, opts); err != nil {
-		fmt.Fprintln(os.Stderr, "cmfsbench:", err)
-		os.Exit(1)
-	}
-}
+func main() { bench.Main("cmfsbench", parseFlags, run) }
 
 func parseFlags(args []string) (options, error) {
 	fl := flag.NewFlagSet("cmfsbench", flag.ContinueOnError)
@@ -78,14 +65,10 @@ func parseFlags(args []string) (options, error) {
 	keep := fl.Bool("keep", false, "keep the backing directories after the run")
 	bestRun := fl.Bool("best", false, "show the best run of each workload instead of the median")
 	noCold := fl.Bool("no-drop-caches", false, "do not sync and drop caches before runs")
-	if err := fl.Parse(args); err != nil {
+	set, err := bench.ParseFlags(fl, args)
+	if err != nil {
 		return options{}, err
 	}
-	if fl.NArg() > 0 {
-		return options{}, fmt.Errorf("unexpected argument %q", fl.Arg(0))
-	}
-	set := map[string]bool{}
-	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	cfg := def
 	if *quick {
@@ -182,22 +165,19 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 		notes = append(notes, fmt.Sprintf("RLIMIT_NOFILE not raised (%v): servers that keep an fd per inode (passthrough_ll) may fail with EMFILE", err))
 	}
 	if cfg.Cold {
-		if err := bench.DropCaches(); err != nil {
-			cfg.Cold = false
-			notes = append(notes, fmt.Sprintf("caches not dropped (%v): reads may be served from the page cache", err))
+		var note string
+		if cfg.Cold, note = bench.CanDropCaches(); !cfg.Cold {
+			notes = append(notes, note)
 		}
 	}
 
 	machine := bench.Describe(runDir)
 	machine.GoFuse = bench.RequiredVersion(filepath.Join(root, "go.mod"), "github.com/hanwen/go-fuse/v2")
-	fmt.Fprintf(stdout, "cmfs benchmark, %s\n\n", time.Now().Format(time.RFC3339))
-	for _, l := range machine.Lines() {
-		fmt.Fprintln(stdout, "  "+l)
-	}
-	fmt.Fprintf(stdout, "  backing directories: %s\n", runDir)
+	header := []string{"backing directories: " + runDir}
 	if nofile > 0 {
-		fmt.Fprintf(stdout, "  open files limit (RLIMIT_NOFILE) of every server: %d\n", nofile)
+		header = append(header, fmt.Sprintf("open files limit (RLIMIT_NOFILE) of every server: %d", nofile))
 	}
+	bench.WriteHeader(stdout, "cmfs benchmark", machine, header...)
 	fmt.Fprintln(stdout)
 
 	// Build and mount every implementation. One that does not is
@@ -276,26 +256,13 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	logf("ran for %v", time.Since(start).Round(time.Second))
 
 	table := &bench.Table{Impls: opts.impls, Subject: bench.CmfsName, Rows: rows, Best: cfg.Best, Before: base.name}
-	if err := table.WriteText(stdout); err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout)
-	fmt.Fprintln(stdout, table.Legend())
 	notes = append(notes, table.Notes()...)
 	for _, l := range table.Spread(1.5) {
 		notes = append(notes, "runs differ by more than 1.5× (slowest to fastest) in "+l)
 	}
-	if len(notes) > 0 {
-		fmt.Fprintln(stdout, "\nnotes:")
-		for _, n := range notes {
-			fmt.Fprintln(stdout, "  - "+n)
-		}
+	if err := bench.WriteReport(stdout, table, table.Legend(), notes, machine); err != nil {
+		return err
 	}
-
-	fmt.Fprintf(stdout, "\nmarkdown:\n\n")
-	fmt.Fprintf(stdout, "Machine: %s.\n\n", strings.Join(machine.Lines(), "; "))
-	table.WriteMarkdown(stdout)
-	fmt.Fprintf(stdout, "\n%s\n", table.Legend())
 	if runErr != nil {
 		return fmt.Errorf("run stopped early: %w", runErr)
 	}

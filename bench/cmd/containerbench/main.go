@@ -34,11 +34,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/cmfs-project/cmfs/bench"
@@ -89,19 +86,7 @@ type options struct {
 	keep     bool
 }
 
-func main() {
-	opts, err := parseFlags(os.Args[1:])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "containerbench:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
-	if err := run(ctx, os.Stdout, os.Stderr, opts); err != nil {
-		fmt.Fprintln(os.Stderr, "containerbench:", err)
-		os.Exit(1)
-	}
-}
+func main() { bench.Main("containerbench", parseFlags, run) }
 
 // sizeFlag is a byte count as cli.ParseBytes reads it: 1073741824, 1GiB,
 // 256MiB, 64K.
@@ -146,16 +131,12 @@ func parseFlags(args []string) (options, error) {
 	dir := fl.String("dir", "", "work directory (default .bench/container at the module root)")
 	replicad := fl.String("replicad", "", "replicad binary (default: build ./cmd/replicad into .bench/)")
 	keep := fl.Bool("keep", false, "keep the work directory")
-	if err := fl.Parse(args); err != nil {
+	set, err := bench.ParseFlags(fl, args)
+	if err != nil {
 		return options{}, err
-	}
-	if fl.NArg() > 0 {
-		return options{}, fmt.Errorf("unexpected argument %q", fl.Arg(0))
 	}
 	if *quick {
 		// Quick sizes, except where a flag was given.
-		set := map[string]bool{}
-		fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		q := quickConfig()
 		keepSet := func(name string, dst *int64, v int64) {
 			if !set[name] {
@@ -220,9 +201,7 @@ type runner struct {
 	logf     func(string, ...any)
 	notes    []string
 	token    string // of every replicad serve and client (bench.UseToken)
-
-	mu    sync.Mutex
-	procs []*bench.Proc
+	procs    *bench.Procs
 }
 
 func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error) {
@@ -238,12 +217,12 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	// Nothing is deleted before the end of the run (but the RSS targets,
 	// after their run): the backing filesystem may be mounted with online
 	// discard, which slows the I/O that follows a large deletion.
-	r := &runner{cfg: opts.cfg, dir: dir, logf: func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }}
+	r := &runner{cfg: opts.cfg, dir: dir, procs: &bench.Procs{Dir: dir}, logf: func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }}
 	if r.token, err = bench.UseToken(dir); err != nil {
 		return err
 	}
 	defer func() {
-		r.stopAll()
+		r.procs.Stop()
 		if !opts.keep {
 			if rerr := os.RemoveAll(dir); rerr != nil {
 				r.logf("remove %s: %v", dir, rerr)
@@ -252,9 +231,9 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	}()
 
 	if r.cfg.cold {
-		if err := bench.DropCaches(); err != nil {
-			r.cfg.cold = false
-			r.notes = append(r.notes, fmt.Sprintf("caches not dropped (%v): reads may be served from the page cache", err))
+		var note string
+		if r.cfg.cold, note = bench.CanDropCaches(); !r.cfg.cold {
+			r.notes = append(r.notes, note)
 		}
 	}
 	if r.replicad = opts.replicad; r.replicad == "" {
@@ -272,12 +251,9 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 
 	machine := bench.Describe(dir)
 	machine.GoFuse = bench.RequiredVersion(filepath.Join(root, "go.mod"), "github.com/hanwen/go-fuse/v2")
-	fmt.Fprintf(stdout, "container benchmark, %s\n\n", time.Now().Format(time.RFC3339))
-	for _, l := range machine.Lines() {
-		fmt.Fprintln(stdout, "  "+l)
-	}
-	fmt.Fprintf(stdout, "  work directory: %s\n", dir)
-	fmt.Fprintf(stdout, "  replicad: %s (serve on 127.0.0.1, one process per node)\n", r.replicad)
+	bench.WriteHeader(stdout, "container benchmark", machine,
+		"work directory: "+dir,
+		fmt.Sprintf("replicad: %s (serve on 127.0.0.1, one process per node)", r.replicad))
 	fmt.Fprintf(stdout, "  median of %d run(s) per workload and baseline, runs interleaved", r.cfg.reps)
 	if r.cfg.cold {
 		fmt.Fprint(stdout, "; sync + drop_caches before every timed run, baselines alike")
@@ -300,22 +276,9 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	r.logf("ran for %v", time.Since(start).Round(time.Second))
 
 	table := &bench.ReplTable{Subject: "replicad", Rows: rows}
-	if err := table.WriteText(stdout); err != nil {
+	if err := bench.WriteReport(stdout, table, legend, append(r.notes, table.Notes(1.5)...), machine); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout)
-	fmt.Fprintln(stdout, legend)
-	notes := append(r.notes, table.Notes(1.5)...)
-	if len(notes) > 0 {
-		fmt.Fprintln(stdout, "\nnotes:")
-		for _, n := range notes {
-			fmt.Fprintln(stdout, "  - "+n)
-		}
-	}
-	fmt.Fprintf(stdout, "\nmarkdown:\n\n")
-	fmt.Fprintf(stdout, "Machine: %s.\n\n", strings.Join(machine.Lines(), "; "))
-	table.WriteMarkdown(stdout)
-	fmt.Fprintf(stdout, "\n%s\n", legend)
 	return ctx.Err()
 }
 
@@ -325,15 +288,7 @@ const legend = "Values are medians of the runs. MB/s is 10^6 bytes of container 
 	"RSS rows: the highest of VmHWM (reset before the push) and VmRSS sampled every 50 ms, in MiB, lower is better."
 
 // cold makes the next run start with cold caches, if asked to.
-func (r *runner) cold() {
-	if r.cfg.cold {
-		if err := bench.DropCaches(); err != nil {
-			r.logf("drop caches: %v", err)
-		}
-	} else {
-		syscall.Sync()
-	}
-}
+func (r *runner) cold() { bench.Settle(r.cfg.cold, r.logf) }
 
 // mbps is the row value of size bytes moved in d.
 func mbps(size int64, d time.Duration) float64 { return float64(size) / 1e6 / d.Seconds() }

@@ -47,7 +47,7 @@ func (r *runner) serve(ctx context.Context, name, volume string, extra ...string
 	addr := lis.Addr().String()
 	lis.Close()
 	argv := append([]string{r.replicad, "serve", "--listen", addr, "--node-id", name, "--volume", volume}, extra...)
-	p, err := r.start("serve-"+name, argv...)
+	p, err := r.procs.Start("serve-"+name, argv...)
 	if err != nil {
 		return nil, err
 	}
@@ -185,28 +185,6 @@ func (r *runner) cli(ctx context.Context, args ...string) (string, error) {
 		return string(out), fmt.Errorf("replicad %s: %w: %s", strings.Join(args[:2], " "), err, bench.FirstLines(stderr.String(), 3))
 	}
 	return string(out), nil
-}
-
-func (r *runner) start(name string, argv ...string) (*bench.Proc, error) {
-	p, err := bench.StartProc(r.dir, name, argv...)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	r.procs = append(r.procs, p)
-	r.mu.Unlock()
-	return p, nil
-}
-
-// stopAll stops every process the run started.
-func (r *runner) stopAll() {
-	r.mu.Lock()
-	procs := r.procs
-	r.procs = nil
-	r.mu.Unlock()
-	for i := len(procs) - 1; i >= 0; i-- {
-		procs[i].Stop()
-	}
 }
 
 var errNoRsync = errors.New("rsync is not installed (make bench-deps installs it)")

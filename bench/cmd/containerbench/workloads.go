@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/bench"
+	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/internal/durable"
 )
 
@@ -29,29 +30,14 @@ func (r *runner) pushRows(ctx context.Context) []*bench.ReplRow {
 	scanned := &bench.ReplRow{Name: "push " + what + ": until CLOSED at B (+ the scan of every block)", Unit: "MB/s", Higher: true, Baseline: tarBase}
 	disk := &bench.ReplRow{Name: "push " + what + ": bytes written to the disk per byte of data", Unit: "B/B", Baseline: tarBase}
 	rows := []*bench.ReplRow{vsTar, vsRsync, scanned, disk}
-	fail := func(err error) []*bench.ReplRow {
-		for _, row := range rows {
-			row.Fail(err)
-		}
-		return rows
-	}
+	fail := func(err error) []*bench.ReplRow { return bench.FailRows(rows, err) }
 	dir := filepath.Join(r.dir, "push")
 	src := filepath.Join(dir, "src")
-	r.logf("[push] writing %s in %d files...", bench.Size(c.pushSize), c.pushFiles)
-	files, err := bench.WriteRandomFiles(src, c.pushFiles, int(c.pushSize/int64(c.pushFiles)))
-	if err != nil {
-		return fail(err)
-	}
-	a, err := r.serve(ctx, "A", filepath.Join(dir, "a"))
+	a, d, err := r.source(ctx, "push", dir, bench.WriteRandomFiles, c.pushFiles, c.pushSize)
 	if err != nil {
 		return fail(err)
 	}
 	defer a.stop()
-	r.logf("[push] container put + close on A...")
-	d, err := r.fill(ctx, a, files, c.pushSize)
-	if err != nil {
-		return fail(err)
-	}
 	rsync, rsyncErr := exec.LookPath("rsync")
 	if rsyncErr != nil {
 		vsRsync.FailBase(errNoRsync)
@@ -126,6 +112,28 @@ func (r *runner) pushRows(ctx context.Context) []*bench.ReplRow {
 		}
 	}
 	return rows
+}
+
+// source starts node A of a phase: n files of size bytes in all, written
+// by write into dir/src, put into one closed container on a node that
+// serves dir/a with the extra serve flags.
+func (r *runner) source(ctx context.Context, phase, dir string, write func(dir string, n, size int) ([]string, error), n int, size int64, extra ...string) (*node, container.Descriptor, error) {
+	r.logf("[%s] writing %s in %d files...", phase, bench.Size(size), n)
+	files, err := write(filepath.Join(dir, "src"), n, int(size/int64(n)))
+	if err != nil {
+		return nil, container.Descriptor{}, err
+	}
+	a, err := r.serve(ctx, "A", filepath.Join(dir, "a"), extra...)
+	if err != nil {
+		return nil, container.Descriptor{}, err
+	}
+	r.logf("[%s] container put + close on A...", phase)
+	d, err := r.fill(ctx, a, files, size)
+	if err != nil {
+		a.stop()
+		return nil, container.Descriptor{}, err
+	}
+	return a, d, nil
 }
 
 // tarRun times tarPipe from src into a new directory dst and a syncfs of
@@ -219,28 +227,13 @@ func (r *runner) compressionRows(ctx context.Context) []*bench.ReplRow {
 		byComp[comp] = row
 		rows = append(rows, row)
 	}
-	fail := func(err error) []*bench.ReplRow {
-		for _, row := range rows {
-			row.Fail(err)
-		}
-		return rows
-	}
+	fail := func(err error) []*bench.ReplRow { return bench.FailRows(rows, err) }
 	dir := filepath.Join(r.dir, "compression")
-	r.logf("[compression] writing %s of JSON lines in %d files...", bench.Size(c.compSize), c.compFiles)
-	files, err := bench.WriteJSONFiles(filepath.Join(dir, "src"), c.compFiles, int(c.compSize/int64(c.compFiles)))
-	if err != nil {
-		return fail(err)
-	}
-	a, err := r.serve(ctx, "A", filepath.Join(dir, "a"), "--replication-bandwidth", bandwidthArg(c.bandwidth))
+	a, d, err := r.source(ctx, "compression", dir, bench.WriteJSONFiles, c.compFiles, c.compSize, "--replication-bandwidth", bandwidthArg(c.bandwidth))
 	if err != nil {
 		return fail(err)
 	}
 	defer a.stop()
-	r.logf("[compression] container put + close on A...")
-	d, err := r.fill(ctx, a, files, c.compSize)
-	if err != nil {
-		return fail(err)
-	}
 	all := append([]string{"none"}, c.compressions...)
 	wire := map[string]int64{} // bytes on the wire per compression
 	for rep := range c.reps {
@@ -327,28 +320,13 @@ func (r *runner) rssRows(ctx context.Context) []*bench.ReplRow {
 	speed := &bench.ReplRow{Name: pushed + ", as watched", Unit: "MB/s", Higher: true, Baseline: tarBase}
 	disk := &bench.ReplRow{Name: pushed + ": bytes written to the disk per byte of data", Unit: "B/B", Baseline: tarBase}
 	rows := []*bench.ReplRow{srcRow, dstRow, speed, disk}
-	fail := func(err error) []*bench.ReplRow {
-		for _, row := range rows {
-			row.Fail(err)
-		}
-		return rows
-	}
+	fail := func(err error) []*bench.ReplRow { return bench.FailRows(rows, err) }
 	dir := filepath.Join(r.dir, "rss")
-	r.logf("[rss] writing %s in %d files...", bench.Size(c.rssSize), c.rssFiles)
-	files, err := bench.WriteRandomFiles(filepath.Join(dir, "src"), c.rssFiles, int(c.rssSize/int64(c.rssFiles)))
-	if err != nil {
-		return fail(err)
-	}
-	a, err := r.serve(ctx, "A", filepath.Join(dir, "a"))
+	a, d, err := r.source(ctx, "rss", dir, bench.WriteRandomFiles, c.rssFiles, c.rssSize)
 	if err != nil {
 		return fail(err)
 	}
 	defer a.stop()
-	r.logf("[rss] container put + close on A...")
-	d, err := r.fill(ctx, a, files, c.rssSize)
-	if err != nil {
-		return fail(err)
-	}
 	for rep := range c.reps {
 		if ctx.Err() != nil {
 			return rows

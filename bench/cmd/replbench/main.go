@@ -18,8 +18,6 @@
 package main
 
 import (
-	"github.com/cmfs-project/cmfs/internal/durable"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,7 +27,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -37,6 +34,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/bench"
+	"github.com/cmfs-project/cmfs/internal/durable"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
@@ -90,19 +88,7 @@ type options struct {
 	keep     bool
 }
 
-func main() {
-	opts, err := parseFlags(os.Args[1:])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "replbench:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
-	if err := run(ctx, os.Stdout, os.Stderr, opts); err != nil {
-		fmt.Fprintln(os.Stderr, "replbench:", err)
-		os.Exit(1)
-	}
-}
+func main() { bench.Main("replbench", parseFlags, run) }
 
 func parseFlags(args []string) (options, error) {
 	fl := flag.NewFlagSet("replbench", flag.ContinueOnError)
@@ -126,14 +112,10 @@ func parseFlags(args []string) (options, error) {
 	replicad := fl.String("replicad", "", "replicad binary (default: build ./cmd/replicad into .bench/ if it builds)")
 	noCLI := fl.Bool("no-replicad", false, "do not use the replicad CLI: load over gRPC and follow in this process")
 	keep := fl.Bool("keep", false, "keep the work directory")
-	if err := fl.Parse(args); err != nil {
+	set, err := bench.ParseFlags(fl, args)
+	if err != nil {
 		return options{}, err
 	}
-	if fl.NArg() > 0 {
-		return options{}, fmt.Errorf("unexpected argument %q", fl.Arg(0))
-	}
-	set := map[string]bool{}
-	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	cfg := def
 	if *quick {
 		cfg = quickConfig()
@@ -170,10 +152,10 @@ type runner struct {
 	logf     func(string, ...any)
 	notes    []string
 	token    string // of every replicad serve and client (bench.UseToken)
+	procs    *bench.Procs
 
 	mu      sync.Mutex
 	mounts  []*bench.Mount
-	procs   []*bench.Proc
 	servers []func() // stop the in-process source services
 }
 
@@ -190,7 +172,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	// Nothing is deleted before the end of the run: the backing filesystem
 	// may be mounted with online discard, which slows the I/O that follows
 	// a large deletion for seconds.
-	r := &runner{cfg: opts.cfg, dir: dir, logf: func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }}
+	r := &runner{cfg: opts.cfg, dir: dir, procs: &bench.Procs{Dir: dir}, logf: func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }}
 	if r.token, err = bench.UseToken(dir); err != nil {
 		return err
 	}
@@ -208,9 +190,9 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	}()
 
 	if r.cfg.cold {
-		if err := bench.DropCaches(); err != nil {
-			r.cfg.cold = false
-			r.notes = append(r.notes, fmt.Sprintf("caches not dropped (%v): reads may be served from the page cache", err))
+		var note string
+		if r.cfg.cold, note = bench.CanDropCaches(); !r.cfg.cold {
+			r.notes = append(r.notes, note)
 		}
 	}
 	r.logf("building...")
@@ -236,16 +218,11 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 
 	machine := bench.Describe(dir)
 	machine.GoFuse = bench.RequiredVersion(filepath.Join(root, "go.mod"), "github.com/hanwen/go-fuse/v2")
-	fmt.Fprintf(stdout, "replication benchmark, %s\n\n", time.Now().Format(time.RFC3339))
-	for _, l := range machine.Lines() {
-		fmt.Fprintln(stdout, "  "+l)
-	}
-	fmt.Fprintf(stdout, "  work directory: %s\n", dir)
 	how := "in process (source + repl packages; cmd/replicad not used)"
 	if r.replicad != "" {
 		how = r.replicad + " serve / load --source / follow"
 	}
-	fmt.Fprintf(stdout, "  gRPC load and follower: %s\n", how)
+	bench.WriteHeader(stdout, "replication benchmark", machine, "work directory: "+dir, "gRPC load and follower: "+how)
 	fmt.Fprintf(stdout, "  median of %d run(s) per workload and baseline, runs interleaved", r.cfg.reps)
 	if r.cfg.cold {
 		fmt.Fprint(stdout, "; sync + drop_caches before every bootstrap and load run, for the baseline alike")
@@ -264,35 +241,14 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	r.logf("ran for %v", time.Since(start).Round(time.Second))
 
 	table := &bench.ReplTable{Subject: "replicad", Rows: rows}
-	if err := table.WriteText(stdout); err != nil {
+	if err := bench.WriteReport(stdout, table, table.Legend(), append(r.notes, table.Notes(1.5)...), machine); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout)
-	fmt.Fprintln(stdout, table.Legend())
-	notes := append(r.notes, table.Notes(1.5)...)
-	if len(notes) > 0 {
-		fmt.Fprintln(stdout, "\nnotes:")
-		for _, n := range notes {
-			fmt.Fprintln(stdout, "  - "+n)
-		}
-	}
-	fmt.Fprintf(stdout, "\nmarkdown:\n\n")
-	fmt.Fprintf(stdout, "Machine: %s.\n\n", strings.Join(machine.Lines(), "; "))
-	table.WriteMarkdown(stdout)
-	fmt.Fprintf(stdout, "\n%s\n", table.Legend())
 	return ctx.Err()
 }
 
 // cold makes the next run start with cold caches, if asked to.
-func (r *runner) cold() {
-	if r.cfg.cold {
-		if err := bench.DropCaches(); err != nil {
-			r.logf("drop caches: %v", err)
-		}
-	} else {
-		syscall.Sync()
-	}
-}
+func (r *runner) cold() { bench.Settle(r.cfg.cold, r.logf) }
 
 // --- incremental dump ---
 
@@ -375,12 +331,7 @@ func (r *runner) bootstrapRows(ctx context.Context) []*bench.ReplRow {
 	walkName := fmt.Sprintf("bootstrap dump --walk, %s files (cold): walks, reads and hashes every file", bench.Count(c.treeFiles))
 	walked := &bench.ReplRow{Name: walkName, Unit: "s", Baseline: "find -type f -exec cat {} + >/dev/null"}
 	rows := []*bench.ReplRow{walk, build, walked}
-	fail := func(err error) []*bench.ReplRow {
-		for _, row := range rows {
-			row.Fail(err)
-		}
-		return rows
-	}
+	fail := func(err error) []*bench.ReplRow { return bench.FailRows(rows, err) }
 	dir := filepath.Join(r.dir, "bootstrap")
 	tree := bench.Tree{Dir: filepath.Join(dir, "tree"), Files: c.treeFiles, Partitions: c.treeParts, Size: c.treeSize}
 	r.logf("[bootstrap] writing %d files of %d bytes in %d partitions...", c.treeFiles, c.treeSize, c.treeParts)
@@ -506,12 +457,7 @@ func (r *runner) loadRows(ctx context.Context) []*bench.ReplRow {
 		grpcBytes.Target = bench.ReplTarget{MaxValue: 1.01, Text: "1.0 (≤ 1.01: rchar counts requests)"}
 	}
 	rows := []*bench.ReplRow{local, localBytes, grpc, grpcBytes}
-	fail := func(err error) []*bench.ReplRow {
-		for _, row := range rows {
-			row.Fail(err)
-		}
-		return rows
-	}
+	fail := func(err error) []*bench.ReplRow { return bench.FailRows(rows, err) }
 
 	dir := filepath.Join(r.dir, "load")
 	backing, mnt := filepath.Join(dir, "backing"), filepath.Join(dir, "mnt")
@@ -565,11 +511,20 @@ func (r *runner) loadRows(ctx context.Context) []*bench.ReplRow {
 		return readChars(server.Cmd.Process.Pid)
 	}
 
-	check := func(res repl.LoadResult) error {
-		if res.Files != c.loadFiles || res.Bytes != total {
-			return fmt.Errorf("loaded %d files, %d bytes; want %d, %d", res.Files, res.Bytes, c.loadFiles, total)
+	// timedLoad runs load into tgt from cold caches and checks what it
+	// loaded; the time ends when tgt is durable.
+	timedLoad := func(tgt string, load func() (repl.LoadResult, error)) (repl.LoadResult, time.Duration, error) {
+		r.cold()
+		start := time.Now()
+		res, err := load()
+		if err == nil {
+			err = durable.SyncFS(tgt)
 		}
-		return nil
+		d := time.Since(start)
+		if err == nil && (res.Files != c.loadFiles || res.Bytes != total) {
+			err = fmt.Errorf("loaded %d files, %d bytes; want %d, %d", res.Files, res.Bytes, c.loadFiles, total)
+		}
+		return res, d, err
 	}
 	for rep := range c.reps {
 		for k := range 3 {
@@ -583,16 +538,9 @@ func (r *runner) loadRows(ctx context.Context) []*bench.ReplRow {
 			switch (k + rep) % 3 {
 			case 0:
 				fetch := &repl.LocalFetcher{Root: backing, CMRoot: filepath.Join(state, statedir.CMRootDir)}
-				r.cold()
-				start := time.Now()
-				res, err := repl.Load(ctx, dump, tgt, fetch, repl.LoadOptions{})
-				if err == nil {
-					err = durable.SyncFS(tgt)
-				}
-				d := time.Since(start)
-				if err == nil {
-					err = check(res)
-				}
+				res, d, err := timedLoad(tgt, func() (repl.LoadResult, error) {
+					return repl.Load(ctx, dump, tgt, fetch, repl.LoadOptions{})
+				})
 				if err != nil {
 					local.Fail(err)
 					localBytes.Fail(err)
@@ -625,21 +573,12 @@ func (r *runner) loadRows(ctx context.Context) []*bench.ReplRow {
 				if err != nil {
 					grpcBytes.Fail(err)
 				}
-				r.cold()
-				start := time.Now()
-				var res repl.LoadResult
-				if client != nil {
-					res, err = repl.Load(ctx, dump, tgt, client, repl.LoadOptions{})
-				} else {
-					res, err = r.loadCLI(ctx, dump, tgt, addr)
-				}
-				if err == nil {
-					err = durable.SyncFS(tgt)
-				}
-				d := time.Since(start)
-				if err == nil {
-					err = check(res)
-				}
+				res, d, err := timedLoad(tgt, func() (repl.LoadResult, error) {
+					if client != nil {
+						return repl.Load(ctx, dump, tgt, client, repl.LoadOptions{})
+					}
+					return r.loadCLI(ctx, dump, tgt, addr)
+				})
 				if err != nil {
 					grpc.Fail(err)
 					grpcBytes.Fail(err)
@@ -740,7 +679,7 @@ func (r *runner) followRows(ctx context.Context) []*bench.ReplRow {
 			client, err = source.Dial(ctx, addr, source.WithStreaming(), source.WithToken(r.token))
 		}
 		if err == nil {
-			_, err = r.start("replicad-follow", r.replicad, "follow", "--source", addr, "--target", tgt, "--interval", c.interval.String())
+			_, err = r.procs.Start("replicad-follow", r.replicad, "follow", "--source", addr, "--target", tgt, "--interval", c.interval.String())
 		}
 	} else {
 		addr, client, err = r.serveInProcess(ctx, backing)
@@ -1013,17 +952,6 @@ func (r *runner) mount(ctx context.Context, backing, mnt string) (*bench.Mount, 
 	return m, nil
 }
 
-func (r *runner) start(name string, argv ...string) (*bench.Proc, error) {
-	p, err := bench.StartProc(r.dir, name, argv...)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	r.procs = append(r.procs, p)
-	r.mu.Unlock()
-	return p, nil
-}
-
 // serve starts `replicad serve` on a free loopback port and waits until
 // it answers.
 func (r *runner) serve(ctx context.Context, name, state string) (string, *bench.Proc, error) {
@@ -1033,7 +961,7 @@ func (r *runner) serve(ctx context.Context, name, state string) (string, *bench.
 	}
 	addr := lis.Addr().String()
 	lis.Close()
-	p, err := r.start("replicad-serve-"+name, r.replicad, "serve", "--state", state, "--listen", addr)
+	p, err := r.procs.Start("replicad-serve-"+name, r.replicad, "serve", "--state", state, "--listen", addr)
 	if err != nil {
 		return "", nil, err
 	}
@@ -1100,15 +1028,13 @@ func (r *runner) serveInProcess(ctx context.Context, backing string) (string, *s
 // stopServers stops the source services started so far, in process or not.
 func (r *runner) stopServers() {
 	r.mu.Lock()
-	stops, procs := r.servers, r.procs
-	r.servers, r.procs = nil, nil
+	stops := r.servers
+	r.servers = nil
 	r.mu.Unlock()
 	for _, s := range stops {
 		s()
 	}
-	for i := len(procs) - 1; i >= 0; i-- {
-		procs[i].Stop()
-	}
+	r.procs.Stop()
 }
 
 // stopAll stops every process and server and unmounts every mount.
