@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 // newTestStore opens a Store on fresh volumes (one unless told how many)
@@ -196,18 +195,6 @@ func closedContainer(t *testing.T, s *Store, blocks ...[]byte) (Descriptor, []Bl
 		t.Fatal(err)
 	}
 	return d, ids
-}
-
-// waitFor polls cond until it holds or a deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // crash stops s the way kill -9 would: the open container is not closed,

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
 	"os"
 	"path/filepath"
@@ -418,7 +419,7 @@ func TestImportReservation(t *testing.T) {
 		_, err := s.Import(context.Background(), 1, 30<<20, None, pr)
 		done <- err
 	}()
-	waitFor(t, "the reservation", func() bool { return s.Volumes()[0].Reserved > 0 })
+	wait.For(t, 10*time.Second, "the reservation", func() bool { return s.Volumes()[0].Reserved > 0 })
 	if got := s.Volumes()[0].Reserved; got < 60<<20 {
 		t.Fatalf("reserved %d, want 2× the size", got)
 	}
@@ -429,7 +430,7 @@ func TestImportReservation(t *testing.T) {
 		_, err := s.Import(context.Background(), 2, 30<<20, None, pr2)
 		done2 <- err
 	}()
-	waitFor(t, "the second reservation", func() bool { return s.Volumes()[1].Reserved > 0 })
+	wait.For(t, 10*time.Second, "the second reservation", func() bool { return s.Volumes()[1].Reserved > 0 })
 	boom := errors.New("peer went away")
 	pw.CloseWithError(boom)
 	pw2.CloseWithError(boom)
@@ -521,7 +522,7 @@ func TestImportKilledMidway(t *testing.T) {
 		done <- err
 	}()
 	pw.Write(tarball[:len(tarball)/2])
-	waitFor(t, "the tarball in tmp", func() bool {
+	wait.For(t, 10*time.Second, "the tarball in tmp", func() bool {
 		return len(dirNames(t, filepath.Join(vol, copyDir))) == 1
 	})
 	// Kill: nothing of the import is cleaned by the process.

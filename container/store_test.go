@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
 	"os"
 	"path/filepath"
@@ -173,7 +174,7 @@ func TestRollAtContainerSize(t *testing.T) {
 func TestIdleClose(t *testing.T) {
 	s := newTestStore(t, Options{IdleClose: 20 * time.Millisecond})
 	id, _ := mustPut(t, s, []byte("x"))
-	waitFor(t, "idle close", func() bool {
+	wait.For(t, 10*time.Second, "idle close", func() bool {
 		d, _ := s.Descriptor(id)
 		return d.State == Closed
 	})

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -142,7 +144,7 @@ func TestImportExtractsAsItReceives(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, "the first 20 MiB extracted before the stream ends", func() bool { return chunk() >= 20<<20 })
+	wait.For(t, 10*time.Second, "the first 20 MiB extracted before the stream ends", func() bool { return chunk() >= 20<<20 })
 	if punchable(t, vol) {
 		tars := dirNames(t, filepath.Join(vol, copyDir))
 		f, err := os.Open(filepath.Join(vol, copyDir, tars[0]))

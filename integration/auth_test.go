@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -54,7 +55,7 @@ func TestReplicadAuth(t *testing.T) {
 	if err := os.Remove(m.path("sec.db/t/dt=1/part-1")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "a cmroot entry", func() bool {
+	wait.For(t, 10*time.Second, "a cmroot entry", func() bool {
 		des, _ := os.ReadDir(m.CMRoot)
 		return len(des) > 0
 	})

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -100,7 +101,7 @@ func (n *replNode) start(t testing.TB) {
 			t.FailNow() // startProc said why
 		}
 		var line []string
-		ok := poll(15*time.Second, func() bool {
+		ok := wait.Until(15*time.Second, func() bool {
 			b, _ := os.ReadFile(p.stdout)
 			line = listeningLine.FindStringSubmatch(string(b))
 			return line != nil || p.exited()
@@ -225,7 +226,7 @@ func (n *replNode) find(t testing.TB, id string) (containerInfo, bool) {
 func (n *replNode) waitState(t testing.TB, id, state string) containerInfo {
 	t.Helper()
 	var c containerInfo
-	waitFor(t, 30*time.Second, fmt.Sprintf("container %s on %s to be %s", id, n.name, state), func() bool {
+	wait.For(t, 30*time.Second, fmt.Sprintf("container %s on %s to be %s", id, n.name, state), func() bool {
 		c, _ = n.find(t, id)
 		return c.State == state
 	})

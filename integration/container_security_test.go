@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
 	"io/fs"
 	"os"
@@ -211,7 +212,7 @@ func TestContainerConcurrentImports(t *testing.T) {
 	if _, err := first.Write(tarball[:half]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the first import to start on the target", func() bool {
+	wait.For(t, 10*time.Second, "the first import to start on the target", func() bool {
 		des, _ := os.ReadDir(filepath.Join(b.Volume(), "tmp", "container-copy"))
 		return len(des) > 0
 	})

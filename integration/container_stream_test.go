@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
 	"net"
 	"path/filepath"
@@ -91,7 +92,7 @@ func TestContainerStalledPush(t *testing.T) {
 					t.Fatalf("send at %d: %v", off, err)
 				}
 			}
-			waitFor(t, 10*time.Second, "the stalled push's tarball in tmp", func() bool {
+			wait.For(t, 10*time.Second, "the stalled push's tarball in tmp", func() bool {
 				tmp, _ := volumeListing(t, vol)
 				return len(tmp) > 0 || time.Since(start) > idle/2
 			})

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
 	"net/http"
 	"os"
@@ -111,7 +112,7 @@ func TestContainerKillTarget(t *testing.T) {
 
 	repl := startProc(t, replicadPath(t), "container", "replicate", "--server", a.Addr, id, "--to", b.Addr)
 	copyDir := filepath.Join(b.Volume(), "tmp", "container-copy")
-	waitFor(t, 20*time.Second, "the tarball to grow in the target's tmp", func() bool {
+	wait.For(t, 20*time.Second, "the tarball to grow in the target's tmp", func() bool {
 		des, _ := os.ReadDir(copyDir)
 		for _, de := range des {
 			if fi, err := de.Info(); err == nil && fi.Size() > 1<<20 {

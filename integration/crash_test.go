@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -194,7 +195,7 @@ func crashRound(t *testing.T, killAt int, repair bool) {
 	<-exited
 	exited <- nil
 	forceUnmount(t, mp)
-	waitFor(t, 10*time.Second, "dead mount to go", func() bool { return !isMounted(mp) })
+	wait.For(t, 10*time.Second, "dead mount to go", func() bool { return !isMounted(mp) })
 	t.Logf("killed after %d acknowledged operations; %d in all", killAt, acked.Load())
 
 	state := filepath.Join(backing, ".cmfs")

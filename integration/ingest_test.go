@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,7 +65,7 @@ func TestIngest(t *testing.T) {
 		for _, data := range want {
 			sum := journal.Sum(data)
 			out := filepath.Join(t.TempDir(), "block")
-			ok := poll(30*time.Second, func() bool { return n.run(t, "get", sum, "-o", out).Code == 0 })
+			ok := wait.Until(30*time.Second, func() bool { return n.run(t, "get", sum, "-o", out).Code == 0 })
 			if !ok {
 				t.Fatalf("%s: block %s (%d bytes) not ingested within 30s; serve stderr: %s", what, sum, len(data), n.p.stderrNow())
 			}
@@ -102,7 +103,7 @@ func TestIngest(t *testing.T) {
 		return c
 	}
 	last := lastEventID(t, m.State)
-	waitFor(t, 10*time.Second, "the cursor to reach the last event, durably", func() bool {
+	wait.For(t, 10*time.Second, "the cursor to reach the last event, durably", func() bool {
 		c := cursor()
 		return c.Last == last && c.Durable == last
 	})

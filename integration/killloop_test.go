@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -125,7 +126,7 @@ func startForeground(t *testing.T, backing, mp string, env ...string) *foregroun
 		c.Close()
 		return isMounted(mp)
 	}
-	if !poll(10*time.Second, func() bool {
+	if !wait.Until(10*time.Second, func() bool {
 		select {
 		case err := <-f.exited:
 			f.exited <- err
@@ -149,6 +150,6 @@ func (f *foreground) wait(t *testing.T) {
 	err := <-f.exited
 	f.exited <- err
 	forceUnmount(t, f.mp)
-	waitFor(t, 10*time.Second, "dead mount to go", func() bool { return !isMounted(f.mp) })
+	wait.For(t, 10*time.Second, "dead mount to go", func() bool { return !isMounted(f.mp) })
 	live.Delete(f.mp)
 }

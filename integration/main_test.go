@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -250,7 +251,7 @@ func mountAt(t testing.TB, backing string, flags ...string) *mounted {
 	if res.Code != 0 {
 		t.Fatalf("cmfs %s: %v", strings.Join(args, " "), res)
 	}
-	waitFor(t, 10*time.Second, "mount of "+mp+" to appear", func() bool { return isMounted(mp) })
+	wait.For(t, 10*time.Second, "mount of "+mp+" to appear", func() bool { return isMounted(mp) })
 	return m
 }
 
@@ -275,9 +276,9 @@ func (m *mounted) unmount(t testing.TB) {
 			t.Errorf("cmfs umount %s: %v", m.Mnt, res)
 			forceUnmount(t, m.Mnt)
 		}
-		// Not waitFor: a Fatal here would skip the rest of the cleanup
+		// Not wait.For: a Fatal here would skip the rest of the cleanup
 		// and leak the mount and its daemon.
-		if !poll(15*time.Second, func() bool { return !isMounted(m.Mnt) }) {
+		if !wait.Until(15*time.Second, func() bool { return !isMounted(m.Mnt) }) {
 			t.Errorf("%s still mounted 15s after cmfs umount", m.Mnt)
 			forceUnmount(t, m.Mnt)
 		}
@@ -374,26 +375,6 @@ func reapDaemons(t testing.TB, mp string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// waitFor polls cond until it holds, failing t at the deadline.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	if !poll(timeout, cond) {
-		t.Fatalf("timed out after %v waiting for %s", timeout, what)
-	}
-}
-
-// poll reports whether cond came to hold before the deadline.
-func poll(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
 }
 
 // eventKeys are the keys every `cmfs events --json` object must carry.

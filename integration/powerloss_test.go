@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,9 +69,9 @@ func TestPowerLoss(t *testing.T) {
 	for _, pid := range pids {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
-	waitFor(t, 10*time.Second, "the killed daemon to exit", func() bool { return len(daemonPIDs(m.Mnt)) == 0 })
+	wait.For(t, 10*time.Second, "the killed daemon to exit", func() bool { return len(daemonPIDs(m.Mnt)) == 0 })
 	forceUnmount(t, m.Mnt)
-	waitFor(t, 10*time.Second, "dead mount to go", func() bool { return !isMounted(m.Mnt) })
+	wait.For(t, 10*time.Second, "dead mount to go", func() bool { return !isMounted(m.Mnt) })
 	m.NoCheck = true // the remount's cleanup checks
 	crashLazy(t, l)
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -208,7 +209,7 @@ func sourceKilledMidLoad(t *testing.T, m *mounted, h *history, dumps string) {
 		load := startProc(t, replicadPath(t), loadArgs(all.Dump, target, fetchFrom{Addr: srv.Addr})...)
 		// Progress shows in the files that appear (the state advances
 		// only once per stretch of events).
-		killed := poll(60*time.Second, func() bool {
+		killed := wait.Until(60*time.Second, func() bool {
 			des, _ := os.ReadDir(filepath.Join(target, "w.db/t/p=big"))
 			return load.exited() || len(des) >= 4
 		}) && !load.exited()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -77,7 +78,7 @@ func replBootstrapRacing(t *testing.T, viaServe bool) {
 		}
 	}
 	t.Cleanup(stop) // before the unmount, which runs later
-	waitFor(t, 10*time.Second, "the writer to get going", func() bool { return ops.Load() >= 20 })
+	wait.For(t, 10*time.Second, "the writer to get going", func() bool { return ops.Load() >= 20 })
 
 	dumps := t.TempDir()
 	// The first BOOTSTRAP walks the tree (--walk), racing the writer, to
@@ -103,7 +104,7 @@ func replBootstrapRacing(t *testing.T, viaServe bool) {
 	var boot2 dumpInfo
 	for i := range 3 {
 		var last uint64
-		waitFor(t, 10*time.Second, fmt.Sprintf("events after %d", from-1), func() bool {
+		wait.For(t, 10*time.Second, fmt.Sprintf("events after %d", from-1), func() bool {
 			last = lastEventID(t, m.State)
 			return last >= from
 		})

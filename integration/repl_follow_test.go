@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
 	"net/http"
 	"os"
@@ -33,7 +34,7 @@ func TestReplFollow(t *testing.T) {
 		last := lastEventID(t, m.State)
 		start := time.Now()
 		var diff string
-		ok := poll(30*time.Second, func() bool {
+		ok := wait.Until(30*time.Second, func() bool {
 			if follow.exited() {
 				return true
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
 	"net/http"
 	"os"
@@ -91,7 +92,7 @@ func awaitFollow(t *testing.T, what string, m *mounted, target string, follow *p
 	last := lastEventID(t, m.State)
 	start := time.Now()
 	var diff string
-	ok := poll(timeout, func() bool {
+	ok := wait.Until(timeout, func() bool {
 		if follow.exited() {
 			return true
 		}
@@ -161,7 +162,7 @@ func TestFollowSourceRestart(t *testing.T) {
 	go func() { done <- runWriters(m.path(part), d) }()
 	time.Sleep(d / 3) // mid-follow: let it load some first
 	srv.kill()
-	waitFor(t, 20*time.Second, "status to say follow is retrying", func() bool {
+	wait.For(t, 20*time.Second, "status to say follow is retrying", func() bool {
 		var st struct {
 			Follow *struct {
 				State    string `json:"state"`
@@ -185,7 +186,7 @@ func TestFollowSourceRestart(t *testing.T) {
 	awaitFollow(t, "after the source restarted", m, target, follow, 2*time.Minute)
 	// The round that caught up ends (and says so) just after its last
 	// event is in place.
-	if !poll(10*time.Second, func() bool { return strings.Contains(follow.stderrNow(), "succeeded after") }) ||
+	if !wait.Until(10*time.Second, func() bool { return strings.Contains(follow.stderrNow(), "succeeded after") }) ||
 		!strings.Contains(follow.stderrNow(), "retrying in") {
 		t.Errorf("follow's stderr does not say it retried and recovered:\n%s", follow.stderrNow())
 	}

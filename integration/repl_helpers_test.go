@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"io/fs"
 	"net"
 	"os"
@@ -359,7 +360,7 @@ func serveAt(t testing.TB, state, addr string, bindTimeout time.Duration) (*serv
 	for {
 		p := startProc(t, bin, "serve", "--state", state, "--listen", addr)
 		s := &server{proc: p, Addr: addr, State: state}
-		ready := poll(15*time.Second, func() bool {
+		ready := wait.Until(15*time.Second, func() bool {
 			if p.exited() {
 				return true
 			}

@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -51,8 +52,8 @@ func TestReplLoadersOneAtATime(t *testing.T) {
 	// Each round starts two loads and a follow at once on a fresh target,
 	// in a different order and with --wait on different ones.
 	rounds := []struct {
-		name      string
-		order     []string // "load", "follow"
+		name       string
+		order      []string // "load", "follow"
 		waitLoads  bool
 		waitFollow bool
 	}{
@@ -123,7 +124,7 @@ func TestReplLoadersOneAtATime(t *testing.T) {
 			}
 			// Loads that do not wait end on their own; the others wait
 			// for the load or the follow that holds the target.
-			waitFor(t, 2*time.Minute, "the loads that do not wait to end", func() bool {
+			wait.For(t, 2*time.Minute, "the loads that do not wait to end", func() bool {
 				for _, s := range procs {
 					if s.kind == "load" && !s.wait && !s.p.exited() {
 						return false
@@ -135,7 +136,7 @@ func TestReplLoadersOneAtATime(t *testing.T) {
 				// It holds the target, or waits for it: once it says
 				// it follows (it holds it) and the target is at the
 				// source's last event, stop it.
-				waitFor(t, 2*time.Minute, "follow to hold the target and catch up", func() bool {
+				wait.For(t, 2*time.Minute, "follow to hold the target and catch up", func() bool {
 					out, _ := os.ReadFile(follow.p.stdout)
 					return follow.p.exited() || strings.Contains(string(out), "following ") && stateID(target) == last
 				})

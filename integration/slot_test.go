@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
 	"net/http"
 	"os"
@@ -40,7 +41,7 @@ func TestSlotCatchUp(t *testing.T) {
 	}
 	p := startProc(t, replicadPath(t), "serve", "--state", s.m.State, "--listen", freeAddr(t), "--metrics", "127.0.0.1:0")
 	var addr []string
-	poll(15*time.Second, func() bool {
+	wait.Until(15*time.Second, func() bool {
 		b, _ := os.ReadFile(p.stdout)
 		addr = regexp.MustCompile(`metrics http://(\S+)/metrics`).FindStringSubmatch(string(b))
 		return addr != nil || p.exited()
@@ -157,7 +158,7 @@ func (s *slotRun) catchUp(t *testing.T) {
 	want := sourceTree(t, s.m)
 	last := lastEventID(t, s.m.State)
 	var diff string
-	ok := poll(30*time.Second, func() bool {
+	ok := wait.Until(30*time.Second, func() bool {
 		if s.follow.exited() {
 			return true
 		}
@@ -180,7 +181,7 @@ func (s *slotRun) catchUp(t *testing.T) {
 		t.Fatalf("the target did not catch up within 30s: %s\nfollow stderr: %s", diff, s.follow.stderrNow())
 	}
 	// Confirmed at the source after the round's load.
-	poll(5*time.Second, func() bool {
+	wait.Until(5*time.Second, func() bool {
 		for _, sl := range s.status(t).Slots {
 			if sl.Position < last {
 				return false

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
 	"os"
 	"path/filepath"
@@ -134,7 +135,7 @@ func TestStalledPushCut(t *testing.T) {
 			}
 			// While the stream stalls its reservation leaves no room: seen
 			// only if the check comes well before the cut could.
-			waitFor(t, "the reservation", func() bool { return dstStore.Volumes()[0].Reserved > 0 || time.Since(start) > idle/2 })
+			wait.For(t, 10*time.Second, "the reservation", func() bool { return dstStore.Volumes()[0].Reserved > 0 || time.Since(start) > idle/2 })
 			if _, err := src.c.Replicate(ctx, Task{Container: other, Target: dst.addr}); time.Since(start) < idle/2 && !errors.Is(err, container.ErrNoSpace) {
 				t.Errorf("replicate beside the stalled push: %v, want ErrNoSpace", err)
 			}
@@ -153,7 +154,7 @@ func TestStalledPushCut(t *testing.T) {
 			}
 			t.Logf("cut after %v: %v", took.Round(time.Millisecond), err)
 			<-sent
-			waitFor(t, "the import to end", func() bool { return dstStore.Volumes()[0].Reserved == 0 })
+			wait.For(t, 10*time.Second, "the import to end", func() bool { return dstStore.Volumes()[0].Reserved == 0 })
 			checkNoImport(t, dstStore, vol)
 
 			// The stalled stream is still open on the client's side.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
 	"net/http/httptest"
 	"strconv"
@@ -31,18 +32,6 @@ func runSupervisor(t *testing.T, cfg Config, do ReplicateFunc) *Supervisor {
 		<-done
 	})
 	return s
-}
-
-// waitFor polls cond until it holds, failing t after a few seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // gated is a ReplicateFunc whose tasks wait for the gate to close,
@@ -95,7 +84,7 @@ func TestSupervisorDedup(t *testing.T) {
 	if other == a {
 		t.Error("another target shares the job")
 	}
-	waitFor(t, "both running", func() bool { _, r := s.Len(); return r == 2 })
+	wait.For(t, 10*time.Second, "both running", func() bool { _, r := s.Len(); return r == 2 })
 	if again := s.Submit(Task{Container: 1, Target: "b:1"}); again != a {
 		t.Error("a Submit while the job runs made a second job")
 	}
@@ -123,8 +112,8 @@ func TestSupervisorConcurrency(t *testing.T) {
 	for i := range 10 {
 		jobs = append(jobs, s.Submit(Task{Container: uint64(i + 1), Target: "t:1"}))
 	}
-	waitFor(t, "3 running, 7 queued", func() bool { q, r := s.Len(); return q == 7 && r == 3 })
-	waitFor(t, "3 tasks inside the replicate function", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.running == 3 })
+	wait.For(t, 10*time.Second, "3 running, 7 queued", func() bool { q, r := s.Len(); return q == 7 && r == 3 })
+	wait.For(t, 10*time.Second, "3 tasks inside the replicate function", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.running == 3 })
 	// The supervisor counts a task running when it starts it, so 3 running
 	// and 7 queued is the limit holding; the function's own count says
 	// it never saw more, now and (below) once all have run.
@@ -135,10 +124,10 @@ func TestSupervisorConcurrency(t *testing.T) {
 	if s.Limit() != 6 {
 		t.Errorf("limit %d while decommissioning, want 6", s.Limit())
 	}
-	waitFor(t, "6 running, 4 queued", func() bool { q, r := s.Len(); return q == 4 && r == 6 })
+	wait.For(t, 10*time.Second, "6 running, 4 queued", func() bool { q, r := s.Len(); return q == 4 && r == 6 })
 	// The supervisor counts a task running before its function is entered:
 	// wait for all six to be inside before letting them finish.
-	waitFor(t, "6 tasks inside the replicate function", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.running == 6 })
+	wait.For(t, 10*time.Second, "6 tasks inside the replicate function", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.running == 6 })
 	close(g.gate)
 	for _, j := range jobs {
 		if _, err := j.Wait(context.Background()); err != nil {
@@ -158,7 +147,7 @@ func TestSupervisorPriority(t *testing.T) {
 	g := newGated()
 	s := runSupervisor(t, Config{Concurrency: 1}, g.do)
 	first := s.Submit(Task{Container: 100, Target: "t:1"})
-	waitFor(t, "the first running", func() bool { _, r := s.Len(); return r == 1 })
+	wait.For(t, 10*time.Second, "the first running", func() bool { _, r := s.Len(); return r == 1 })
 	var jobs []*Job
 	for _, p := range []struct {
 		id  uint64
@@ -184,7 +173,7 @@ func TestSupervisorDeadline(t *testing.T) {
 	s := runSupervisor(t, Config{Concurrency: 1}, g.do)
 	ctx := context.Background()
 	running := s.Submit(Task{Container: 1, Target: "t:1", Deadline: time.Now().Add(100 * time.Millisecond)})
-	waitFor(t, "the first running", func() bool { _, r := s.Len(); return r == 1 })
+	wait.For(t, 10*time.Second, "the first running", func() bool { _, r := s.Len(); return r == 1 })
 	queued := s.Submit(Task{Container: 2, Target: "t:1", Deadline: time.Now().Add(30 * time.Millisecond)})
 	start := time.Now()
 	_, err := queued.Wait(ctx)
@@ -223,7 +212,7 @@ func TestSupervisorStop(t *testing.T) {
 	}()
 	running := s.Submit(Task{Container: 1, Target: "t:1"})
 	queued := s.Submit(Task{Container: 2, Target: "t:1"})
-	waitFor(t, "the first running", func() bool { _, r := s.Len(); return r == 1 })
+	wait.For(t, 10*time.Second, "the first running", func() bool { _, r := s.Len(); return r == 1 })
 	cancel()
 	<-done
 	if _, err := queued.Wait(context.Background()); !errors.Is(err, ErrClosed) {
