@@ -136,7 +136,7 @@ func (a *Agent) Run(ctx context.Context) {
 func (a *Agent) Beat(ctx context.Context) error {
 	addr := a.cfg.Node.Addr()
 	if addr == "" {
-		return errors.New("the node does not serve yet")
+		return nil // not serving yet: nothing a peer could dial
 	}
 	coord := a.cfg.Coordinators[a.coord]
 	if a.client == nil {
