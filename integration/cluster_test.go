@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,12 +115,12 @@ func (c *testCluster) containers(t *testing.T) map[string]clusterContainer {
 	return m
 }
 
-// closedOn returns the nodes reporting a CLOSED replica of ct, and the
-// racks they span.
-func (c *testCluster) closedOn(ct clusterContainer) (nodes []string, racks map[string]bool) {
+// closedOn returns the nodes but those in not reporting a CLOSED replica
+// of ct, and the racks they span.
+func (c *testCluster) closedOn(ct clusterContainer, not []string) (nodes []string, racks map[string]bool) {
 	racks = map[string]bool{}
 	for _, r := range ct.Replicas {
-		if r.State == "CLOSED" {
+		if r.State == "CLOSED" && !slices.Contains(not, r.Node) {
 			nodes = append(nodes, r.Node)
 			racks[rackOf(r.Node)] = true
 		}
@@ -135,7 +136,8 @@ func rackOf(node string) string {
 }
 
 // waitHealthy waits until container id is HEALTHY with three CLOSED
-// replicas on three racks, none on a node in not, and checks each of
+// replicas on three racks besides those on the nodes in not (dead or
+// decommissioned, which keep theirs), and no other, and checks each of
 // those nodes holds it CLOSED.
 func (c *testCluster) waitHealthy(t *testing.T, id string, not ...string) []string {
 	t.Helper()
@@ -144,15 +146,14 @@ func (c *testCluster) waitHealthy(t *testing.T, id string, not ...string) []stri
 	ok := poll(60*time.Second, func() bool {
 		last = c.containers(t)[id]
 		var racks map[string]bool
-		nodes, racks = c.closedOn(last)
-		for _, n := range nodes {
-			for _, x := range not {
-				if n == x {
-					return false
-				}
+		nodes, racks = c.closedOn(last, not)
+		others := 0
+		for _, r := range last.Replicas {
+			if !slices.Contains(not, r.Node) {
+				others++
 			}
 		}
-		return last.Class == "HEALTHY" && len(nodes) == 3 && len(last.Replicas) == 3 && len(racks) == 3
+		return last.Class == "HEALTHY" && len(nodes) == 3 && others == 3 && len(racks) == 3
 	})
 	if !ok {
 		t.Fatalf("container %s not HEALTHY on 3 racks (avoiding %v) within 60s: %+v", id, not, last)
