@@ -265,3 +265,22 @@ func TestClusterDecommission(t *testing.T) {
 		t.Errorf("admin decommission dn9: %v, want one line naming dn9", res)
 	}
 }
+
+// TestClusterCoordinatorRestart: the coordinator is killed (-9) right
+// after a container closes and started again on its store; the nodes'
+// heartbeats find it again and the container still converges.
+func TestClusterCoordinatorRestart(t *testing.T) {
+	c := startCluster(t)
+	dir := t.TempDir()
+	id := c.nodes["dn5"].fill(t, randomFile(t, dir, "a", 400<<10))
+	waitFor(t, 20*time.Second, "the coordinator to know "+id, func() bool {
+		_, ok := c.containers(t)[id]
+		return ok
+	})
+	c.coord.kill9(t)
+	c.coord.restart(t)
+	c.waitHealthy(t, id)
+	if n := c.adminNodes(t); len(n) != 6 {
+		t.Errorf("after the restart the coordinator knows %d nodes, want 6", len(n))
+	}
+}
