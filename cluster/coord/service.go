@@ -12,6 +12,7 @@ import (
 	"github.com/cmfs-project/cmfs/cluster/store"
 	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/rpcerr"
+	"github.com/cmfs-project/cmfs/peer"
 )
 
 // ErrUnauthenticated is wrapped when the coordinator refused the
@@ -23,6 +24,8 @@ var errorCodes = rpcerr.Map{
 	{Err: ErrInvalid, Code: codes.InvalidArgument},
 	{Err: ErrNotFound, Code: codes.NotFound},
 	{Err: auth.ErrUnauthenticated, Code: codes.Unauthenticated},
+	// A coordinator that cannot be reached, as peer says of a node.
+	{Err: peer.ErrUnavailable, Code: codes.Unavailable},
 }
 
 // FromStatus turns an error of a Coordinator client call into one that
