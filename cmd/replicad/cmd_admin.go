@@ -79,7 +79,7 @@ func newAdminOpStateCmd(g *globalOptions, opts *adminOptions, name string, to cl
 			if end < 0 {
 				return fmt.Errorf("--end %s must not be negative", end)
 			}
-			return runAdminOpState(cmd.Context(), g, opts, args[0], to, end)
+			return runAdminOpState(cmd.Context(), g, opts, name, args[0], to, end)
 		},
 	}
 	if to == cluster.EnteringMaintenance {
@@ -265,7 +265,7 @@ func runAdminStatus(ctx context.Context, g *globalOptions, opts *adminOptions) e
 	return nil
 }
 
-func runAdminOpState(ctx context.Context, g *globalOptions, opts *adminOptions, node string, to cluster.OpState, end time.Duration) error {
+func runAdminOpState(ctx context.Context, g *globalOptions, opts *adminOptions, verb, node string, to cluster.OpState, end time.Duration) error {
 	c, done, err := opts.coordinator(ctx)
 	if err != nil {
 		return err
@@ -277,7 +277,7 @@ func runAdminOpState(ctx context.Context, g *globalOptions, opts *adminOptions, 
 	}
 	resp, err := c.SetOpState(ctx, req)
 	if err != nil {
-		return opts.fail("node "+node, err)
+		return opts.fail(verb, err) // the coordinator's message names the node
 	}
 	n := nodeFromPB(resp)
 	if opts.json {
