@@ -284,3 +284,40 @@ func TestClusterCoordinatorRestart(t *testing.T) {
 		t.Errorf("after the restart the coordinator knows %d nodes, want 6", len(n))
 	}
 }
+
+// TestClusterMaintenance: a node holding a copy enters maintenance: the
+// other two copies keep 1+1 in service, so it is IN_MAINTENANCE at once,
+// no copy is made while it is, and at --end it is IN_SERVICE again.
+func TestClusterMaintenance(t *testing.T) {
+	c := startCluster(t)
+	dir := t.TempDir()
+	id := c.nodes["dn6"].fill(t, randomFile(t, dir, "a", 100<<10))
+	nodes := c.waitHealthy(t, id)
+	node := nodes[0]
+	if node == "dn1" {
+		node = nodes[1]
+	}
+	res := replicad(t, "admin", "maintenance", "--server", c.coord.Addr, node, "--end", "8s")
+	if res.Code != 0 || !strings.Contains(res.Stdout, "ENTERING_MAINTENANCE") {
+		t.Fatalf("admin maintenance %s: %v", node, res)
+	}
+	waitFor(t, 10*time.Second, node+" IN_MAINTENANCE", func() bool {
+		return c.adminNodes(t)[node].OpState == "IN_MAINTENANCE"
+	})
+	c.nodes[node].kill9(t) // offline in maintenance: nothing to heal
+	waitFor(t, 10*time.Second, node+" DEAD", func() bool {
+		return c.adminNodes(t)[node].Health == "DEAD"
+	})
+	time.Sleep(time.Second) // not synchronization: cycles that must not copy
+	if n := c.adminNodes(t)[node]; n.OpState != "IN_MAINTENANCE" {
+		t.Fatalf("%s: %+v, want IN_MAINTENANCE until its end", node, n)
+	}
+	if ct := c.containers(t)[id]; len(ct.Replicas) != 3 {
+		t.Errorf("while %s is offline in maintenance: %+v, want the same 3 replicas", node, ct)
+	}
+	waitFor(t, 20*time.Second, node+" back IN_SERVICE at its end", func() bool {
+		return c.adminNodes(t)[node].OpState == "IN_SERVICE"
+	})
+	// Back in service but dead: now its copy is made again.
+	c.waitHealthy(t, id, node)
+}
