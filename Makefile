@@ -93,6 +93,10 @@ proto: proto-deps
 		--go_out=api/containerpb --go_opt=paths=source_relative \
 		--go-grpc_out=api/containerpb --go-grpc_opt=paths=source_relative \
 		api/container.proto
+	protoc -I api \
+		--go_out=api/clusterpb --go_opt=paths=source_relative \
+		--go-grpc_out=api/clusterpb --go-grpc_opt=paths=source_relative \
+		api/cluster.proto
 
 vet:
 	$(GO) vet ./...

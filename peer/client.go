@@ -85,6 +85,10 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
+// Conn is the client's connection, for another service of the node it
+// dialed (the cluster's Coordinator), with the same credential.
+func (c *Client) Conn() grpc.ClientConnInterface { return c.conn }
+
 // Put writes what r yields as one block into the node's open container
 // and returns the container's id and the block's id. name goes to the
 // node with the data; the errors do not repeat it (the caller, which

@@ -189,6 +189,11 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 	return s.Serve(ctx, lis)
 }
 
+// Dial connects to another node with this node's credential (its
+// certificate, else its token), for the node's other clients: the
+// cluster agent's heartbeats share it (Client.Conn).
+func (s *Server) Dial(ctx context.Context, addr string) (*Client, error) { return s.dial(ctx, addr) }
+
 // dial connects to a peer with the node's credential: its certificate,
 // else its token.
 func (s *Server) dial(ctx context.Context, addr string) (*Client, error) {

@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/cmfs-project/cmfs/cluster"
+	"github.com/cmfs-project/cmfs/cluster/coord"
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/ingest"
 	"github.com/cmfs-project/cmfs/internal/auth"
@@ -50,6 +52,17 @@ type serveOptions struct {
 	streamIdle    time.Duration
 	streamDead    time.Duration
 	streamRate    cli.ByteRate
+
+	// The cluster: a coordinator, and the nodes that join it.
+	coordinator  bool
+	join         []string
+	heartbeat    time.Duration
+	staleAfter   time.Duration
+	deadAfter    time.Duration
+	rmInterval   time.Duration
+	maintRedund  int
+	clusterStore string
+	cmdTimeout   time.Duration
 
 	// changed says whether a flag was given (nil: none was).
 	changed func(name string) bool
@@ -91,6 +104,17 @@ without a new file.
 downloads from in pull mode. By default it is the --listen address, which
 will not do when peers reach the node through a forwarder or NAT, or
 with a wildcard --listen.
+
+--coordinator makes this node the cluster's coordinator as well: it keeps
+the cluster's nodes, containers, replicas and pending commands in
+--cluster-store (default: VOLUME/cluster.db of the first --volume), marks a
+node STALE after --stale-after and DEAD after --dead-after without a
+heartbeat, and every --rm-interval sends the commands that bring every
+CLOSED container to its replication (copies on as many racks as it can
+use), in push mode or, with --push=false, pull mode. --join ADDR[,ADDR...]
+makes the node heartbeat to the coordinator(s) every --heartbeat and carry
+out their commands; a coordinator without --join heartbeats to itself.
+'replicad admin' reads and changes the cluster.
 
 A stream this node serves or reads (push, put, download, get, a pull's
 download) is cut when its peer sends or takes nothing for
@@ -147,13 +171,27 @@ closes the open container and exits 0.`,
 	f.DurationVar(&opts.streamIdle, "stream-idle-timeout", peer.DefaultStreamIdleTimeout, "cut a stream (push, put, download, get) whose peer sends or takes nothing for this long")
 	f.DurationVar(&opts.streamDead, "stream-deadline", peer.DefaultStreamDeadline, "cut a stream not done within this long, or its size at --stream-min-rate if that is longer")
 	f.Var(&opts.streamRate, "stream-min-rate", "the slowest `N/s` a stream's deadline allows for its size (see --stream-deadline)")
+	f.BoolVar(&opts.coordinator, "coordinator", false, "be the cluster's coordinator too (see 'replicad admin')")
+	f.StringSliceVar(&opts.join, "join", nil, "heartbeat to the coordinator at `ADDR[,ADDR...]` and run its commands")
+	f.DurationVar(&opts.heartbeat, "heartbeat", coord.DefaultHeartbeat, "with --join or --coordinator, the time between heartbeats")
+	f.DurationVar(&opts.staleAfter, "stale-after", coord.DefaultStaleAfter, "with --coordinator, a node without a heartbeat for this long is STALE")
+	f.DurationVar(&opts.deadAfter, "dead-after", coord.DefaultDeadAfter, "with --coordinator, a node without a heartbeat for this long is DEAD (its replicas are copied again)")
+	f.DurationVar(&opts.rmInterval, "rm-interval", coord.DefaultRMInterval, "with --coordinator, the time between replication manager cycles")
+	f.IntVar(&opts.maintRedund, "maintenance-remaining-redundancy", cluster.DefaultMaintenanceRemainingRedundancy, "with --coordinator, copies beyond one that stay in service while others are in maintenance")
+	f.StringVar(&opts.clusterStore, "cluster-store", "", "with --coordinator, the cluster state `FILE` (default: VOLUME/cluster.db of the first --volume)")
+	f.DurationVar(&opts.cmdTimeout, "command-timeout", cluster.DefaultTimeout, "with --coordinator, how long a replicate or delete may take before it is sent again")
 	return cmd
 }
 
 // nodeFlags are the flags that configure the container service.
 var nodeFlags = []string{"node-id", "rack", "container-size", "push", "tls-cert", "tls-key", "tls-ca", "tls-allow",
 	"replication-bandwidth", "replication-concurrency", "ingest", "ingest-idle",
-	"advertise", "stream-idle-timeout", "stream-deadline", "stream-min-rate"}
+	"advertise", "stream-idle-timeout", "stream-deadline", "stream-min-rate",
+	"coordinator", "join", "heartbeat", "stale-after", "dead-after", "rm-interval",
+	"maintenance-remaining-redundancy", "cluster-store", "command-timeout"}
+
+// coordinatorFlags are the coordinator's settings.
+var coordinatorFlags = []string{"stale-after", "dead-after", "rm-interval", "maintenance-remaining-redundancy", "cluster-store", "command-timeout"}
 
 func runServe(ctx context.Context, g *globalOptions, opts serveOptions, _ []string) error {
 	changed := opts.changed
@@ -191,6 +229,30 @@ func runServe(ctx context.Context, g *globalOptions, opts serveOptions, _ []stri
 		return fmt.Errorf("--stream-deadline %s must be positive", opts.streamDead)
 	case opts.streamRate <= 0:
 		return fmt.Errorf("--stream-min-rate %s must be positive", &opts.streamRate)
+	case changed("heartbeat") && !opts.coordinator && len(opts.join) == 0:
+		return errors.New("--heartbeat needs --join ADDR or --coordinator")
+	case opts.heartbeat <= 0:
+		return fmt.Errorf("--heartbeat %s must be positive", opts.heartbeat)
+	case opts.staleAfter <= 0 || opts.deadAfter <= opts.staleAfter:
+		return fmt.Errorf("--stale-after %s and --dead-after %s: want 0 < stale-after < dead-after", opts.staleAfter, opts.deadAfter)
+	case opts.rmInterval <= 0:
+		return fmt.Errorf("--rm-interval %s must be positive", opts.rmInterval)
+	case opts.maintRedund < 0:
+		return fmt.Errorf("--maintenance-remaining-redundancy %d must not be negative", opts.maintRedund)
+	case opts.cmdTimeout <= 0:
+		return fmt.Errorf("--command-timeout %s must be positive", opts.cmdTimeout)
+	}
+	for _, a := range opts.join {
+		if !hostPort(a) {
+			return fmt.Errorf("--join %q: want HOST:PORT of a coordinator", a)
+		}
+	}
+	if !opts.coordinator {
+		for _, name := range coordinatorFlags {
+			if changed(name) {
+				return fmt.Errorf("--%s is a setting of the coordinator: give --coordinator too", name)
+			}
+		}
 	}
 	return serveNode(ctx, g, opts)
 }
@@ -420,6 +482,13 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 			defer wg.Done()
 			feed.Run(ctx, ingestPoll) // reports through Logf; nil when ctx ends
 		}()
+	}
+	if opts.coordinator || len(opts.join) > 0 {
+		cdesc, err := startCluster(ctx, g, opts, node, store, volumes[0], lis.Addr().String(), nodeID, &wg)
+		if err != nil {
+			return err
+		}
+		desc = append(desc, cdesc)
 	}
 	fmt.Fprintf(g.stdout, "listening on %s (%s)\n", lis.Addr(), strings.Join(desc, "; "))
 	if !tc.Enabled() {

@@ -81,6 +81,18 @@ func TestContainerBadInput(t *testing.T) {
 		{"serve zero min rate", serve("--stream-min-rate", "0"), "--stream-min-rate 0 must be positive"},
 		{"serve bad min rate", serve("--stream-min-rate", "slow"), "want bytes per second"},
 		{"serve bad metrics address", serve("--metrics", "nope"), "metrics: listen nope"},
+		{"serve heartbeat alone", serve("--heartbeat", "1s"), "--heartbeat needs --join ADDR or --coordinator"},
+		{"serve coordinator flag alone", serve("--rm-interval", "1s"), "--rm-interval is a setting of the coordinator: give --coordinator too"},
+		{"serve bad join", serve("--join", "nope"), `--join "nope": want HOST:PORT`},
+		{"serve dead before stale", serve("--coordinator", "--stale-after", "5s", "--dead-after", "5s"), "want 0 < stale-after < dead-after"},
+		{"serve zero rm interval", serve("--coordinator", "--rm-interval", "0"), "--rm-interval 0s must be positive"},
+		{"serve negative redundancy", serve("--coordinator", "--maintenance-remaining-redundancy", "-1"), "must not be negative"},
+		{"serve join without volume", []string{"serve", "--state", state, "--join", "127.0.0.1:9870"}, "--join is a setting of the container service"},
+
+		{"admin no server", []string{"admin", "nodes"}, "give --server ADDR"},
+		{"admin unreachable", []string{"admin", "status", "--server", srv}, "cannot reach 127.0.0.1:1"},
+		{"admin decommission no node", []string{"admin", "decommission", "--server", srv}, "give one NODE id"},
+		{"admin maintenance negative end", []string{"admin", "maintenance", "--server", srv, "dn1", "--end", "-1h"}, "--end -1h0m0s must not be negative"},
 
 		{"container unknown", []string{"container", "frobnicate"}, `unknown command "frobnicate"`},
 		{"container no server", []string{"container", "list"}, "give --server ADDR"},

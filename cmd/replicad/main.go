@@ -43,6 +43,7 @@ replicates them to peers ('replicad serve --volume', 'replicad container').`,
 		newFollowCmd(g),
 		newSlotsCmd(g),
 		newContainerCmd(g),
+		newAdminCmd(g),
 	)
 	return root
 }

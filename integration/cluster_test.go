@@ -1,0 +1,323 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The cluster tests run six `replicad serve` nodes on three racks, dn1
+// the coordinator, the others joined to it, with heartbeats and the
+// replication manager's cycle in fractions of a second, and watch the
+// cluster through `replicad admin ... --json`.
+
+type clusterReplica struct {
+	Node  string `json:"node"`
+	State string `json:"state"`
+}
+
+type clusterContainer struct {
+	ID       string           `json:"id"`
+	Class    string           `json:"class"`
+	State    string           `json:"state"`
+	Replicas []clusterReplica `json:"replicas"`
+}
+
+type clusterNode struct {
+	ID         string `json:"id"`
+	Rack       string `json:"rack"`
+	Health     string `json:"health"`
+	OpState    string `json:"opstate"`
+	Containers int    `json:"containers"`
+}
+
+type testCluster struct {
+	nodes map[string]*replNode
+	coord *replNode
+}
+
+// clusterFlags are the short timings of every test cluster.
+var clusterFlags = []string{"--heartbeat", "100ms", "--stale-after", "1s", "--dead-after", "2s", "--rm-interval", "200ms"}
+
+// startCluster starts dn1…dn6 on racks r1 (dn1, dn2), r2, r3, with the
+// extra serve flags, and waits until the coordinator knows all six.
+func startCluster(t *testing.T, extra ...string) *testCluster {
+	t.Helper()
+	c := &testCluster{nodes: map[string]*replNode{}}
+	for i := 1; i <= 6; i++ {
+		name := fmt.Sprintf("dn%d", i)
+		flags := append([]string{"--rack", fmt.Sprintf("r%d", (i+1)/2)}, extra...)
+		if i == 1 {
+			flags = append(flags, "--coordinator", "--cluster-store", filepath.Join(t.TempDir(), "cluster.db"))
+			flags = append(flags, clusterFlags...)
+		} else {
+			flags = append(flags, "--join", c.coord.Addr, "--heartbeat", "100ms")
+		}
+		n := startNode(t, name, flags...)
+		t.Cleanup(func() {
+			if !n.p.exited() {
+				n.kill9(t)
+			}
+		})
+		c.nodes[name] = n
+		if i == 1 {
+			c.coord = n
+		}
+	}
+	waitFor(t, 20*time.Second, "six healthy nodes", func() bool {
+		healthy := 0
+		for _, n := range c.adminNodes(t) {
+			if n.Health == "HEALTHY" {
+				healthy++
+			}
+		}
+		return healthy == 6
+	})
+	return c
+}
+
+// admin runs `replicad admin SUB --server COORD --json ARGS...` and
+// decodes its output into v.
+func (c *testCluster) admin(t *testing.T, v any, sub string, args ...string) {
+	t.Helper()
+	res := replicad(t, append([]string{"admin", sub, "--server", c.coord.Addr, "--json"}, args...)...)
+	if res.Code != 0 {
+		t.Fatalf("replicad admin %s: %v", sub, res)
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), v); err != nil {
+		t.Fatalf("replicad admin %s --json: %v\n%s", sub, err, res.Stdout)
+	}
+}
+
+func (c *testCluster) adminNodes(t *testing.T) map[string]clusterNode {
+	t.Helper()
+	var out struct{ Nodes []clusterNode }
+	c.admin(t, &out, "nodes")
+	m := map[string]clusterNode{}
+	for _, n := range out.Nodes {
+		m[n.ID] = n
+	}
+	return m
+}
+
+func (c *testCluster) containers(t *testing.T) map[string]clusterContainer {
+	t.Helper()
+	var out struct{ Containers []clusterContainer }
+	c.admin(t, &out, "containers")
+	m := map[string]clusterContainer{}
+	for _, ct := range out.Containers {
+		m[ct.ID] = ct
+	}
+	return m
+}
+
+// closedOn returns the nodes but those in not reporting a CLOSED replica
+// of ct, and the racks they span.
+func (c *testCluster) closedOn(ct clusterContainer, not []string) (nodes []string, racks map[string]bool) {
+	racks = map[string]bool{}
+	for _, r := range ct.Replicas {
+		if r.State == "CLOSED" && !slices.Contains(not, r.Node) {
+			nodes = append(nodes, r.Node)
+			racks[rackOf(r.Node)] = true
+		}
+	}
+	return nodes, racks
+}
+
+// rackOf is the rack startCluster gives a node.
+func rackOf(node string) string {
+	var i int
+	fmt.Sscanf(node, "dn%d", &i)
+	return fmt.Sprintf("r%d", (i+1)/2)
+}
+
+// waitHealthy waits until container id is HEALTHY with three CLOSED
+// replicas on three racks besides those on the nodes in not (dead or
+// decommissioned, which keep theirs), and no other, and checks each of
+// those nodes holds it CLOSED.
+func (c *testCluster) waitHealthy(t *testing.T, id string, not ...string) []string {
+	t.Helper()
+	var last clusterContainer
+	var nodes []string
+	ok := poll(60*time.Second, func() bool {
+		last = c.containers(t)[id]
+		var racks map[string]bool
+		nodes, racks = c.closedOn(last, not)
+		others := 0
+		for _, r := range last.Replicas {
+			if !slices.Contains(not, r.Node) {
+				others++
+			}
+		}
+		return last.Class == "HEALTHY" && len(nodes) == 3 && others == 3 && len(racks) == 3
+	})
+	if !ok {
+		t.Fatalf("container %s not HEALTHY on 3 racks (avoiding %v) within 60s: %+v", id, not, last)
+	}
+	for _, n := range nodes {
+		if ci, found := c.nodes[n].find(t, id); !found || ci.State != "CLOSED" {
+			t.Errorf("admin says %s holds %s CLOSED; the node lists %+v (found %v)", n, id, ci, found)
+		}
+	}
+	return nodes
+}
+
+// TestClusterReplicaThree: a replica:3 container closed on one node is
+// copied by the coordinator's commands to two more, on the two other
+// racks, in push mode and in pull mode (--push=false: the targets
+// download).
+func TestClusterReplicaThree(t *testing.T) {
+	for _, mode := range []string{"push", "pull"} {
+		t.Run(mode, func(t *testing.T) {
+			var extra []string
+			if mode == "pull" {
+				extra = []string{"--push=false"}
+			}
+			c := startCluster(t, extra...)
+			dir := t.TempDir()
+			src := c.nodes["dn3"]
+			id := src.fill(t, randomFile(t, dir, "a", 300<<10), randomFile(t, dir, "b", 1<<20))
+			nodes := c.waitHealthy(t, id)
+			for _, n := range nodes {
+				c.nodes[n].checkBlocks(t, filepath.Join(dir, "a"), filepath.Join(dir, "b"))
+			}
+			var st struct {
+				Leader  string           `json:"leader"`
+				Classes map[string]int64 `json:"classes"`
+			}
+			c.admin(t, &st, "status")
+			if st.Leader != c.coord.Addr || st.Classes["HEALTHY"] != 1 {
+				t.Errorf("status: %+v, want leader %s and 1 HEALTHY", st, c.coord.Addr)
+			}
+		})
+	}
+}
+
+// TestClusterDeadNodeHealed: a node holding a copy is killed (-9); once
+// DEAD its copy is made again elsewhere; started again, it reports its
+// old copy and the coordinator deletes one extra.
+func TestClusterDeadNodeHealed(t *testing.T) {
+	c := startCluster(t)
+	dir := t.TempDir()
+	id := c.nodes["dn3"].fill(t, randomFile(t, dir, "a", 500<<10))
+	nodes := c.waitHealthy(t, id)
+	var victim *replNode
+	for _, n := range nodes {
+		if n != "dn1" { // not the coordinator
+			victim = c.nodes[n]
+			break
+		}
+	}
+	victim.kill9(t)
+	waitFor(t, 20*time.Second, victim.name+" DEAD", func() bool {
+		return c.adminNodes(t)[victim.name].Health == "DEAD"
+	})
+	c.waitHealthy(t, id, victim.name)
+
+	victim.restart(t)
+	waitFor(t, 20*time.Second, victim.name+" HEALTHY again", func() bool {
+		return c.adminNodes(t)[victim.name].Health == "HEALTHY"
+	})
+	// Four copies now, one of them deleted: three remain, on three racks.
+	nodes = c.waitHealthy(t, id)
+	held := 0
+	for _, n := range c.nodes {
+		if _, ok := n.find(t, id); ok {
+			held++
+		}
+	}
+	if held != 3 {
+		t.Errorf("%d nodes hold %s, want 3 (admin: %v)", held, id, nodes)
+	}
+}
+
+// TestClusterDecommission: a node holding several containers is
+// decommissioned; each gets its three copies on other nodes, and the
+// node ends DECOMMISSIONED.
+func TestClusterDecommission(t *testing.T) {
+	c := startCluster(t)
+	dir := t.TempDir()
+	src := c.nodes["dn4"]
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, src.fill(t, randomFile(t, dir, fmt.Sprintf("f%d", i), 200<<10)))
+	}
+	for _, id := range ids {
+		c.waitHealthy(t, id)
+	}
+	res := replicad(t, "admin", "decommission", "--server", c.coord.Addr, "dn4")
+	if res.Code != 0 || !strings.Contains(res.Stdout, "DECOMMISSIONING") {
+		t.Fatalf("admin decommission dn4: %v", res)
+	}
+	waitFor(t, 60*time.Second, "dn4 DECOMMISSIONED", func() bool {
+		return c.adminNodes(t)["dn4"].OpState == "DECOMMISSIONED"
+	})
+	for _, id := range ids {
+		c.waitHealthy(t, id, "dn4")
+	}
+	// An unknown node is refused in one line.
+	res = replicad(t, "admin", "decommission", "--server", c.coord.Addr, "dn9")
+	if res.Code == 0 || strings.Count(strings.TrimSpace(res.Stderr), "\n") != 0 || !strings.Contains(res.Stderr, "dn9") {
+		t.Errorf("admin decommission dn9: %v, want one line naming dn9", res)
+	}
+}
+
+// TestClusterCoordinatorRestart: the coordinator is killed (-9) right
+// after a container closes and started again on its store; the nodes'
+// heartbeats find it again and the container still converges.
+func TestClusterCoordinatorRestart(t *testing.T) {
+	c := startCluster(t)
+	dir := t.TempDir()
+	id := c.nodes["dn5"].fill(t, randomFile(t, dir, "a", 400<<10))
+	waitFor(t, 20*time.Second, "the coordinator to know "+id, func() bool {
+		_, ok := c.containers(t)[id]
+		return ok
+	})
+	c.coord.kill9(t)
+	c.coord.restart(t)
+	c.waitHealthy(t, id)
+	if n := c.adminNodes(t); len(n) != 6 {
+		t.Errorf("after the restart the coordinator knows %d nodes, want 6", len(n))
+	}
+}
+
+// TestClusterMaintenance: a node holding a copy enters maintenance: the
+// other two copies keep 1+1 in service, so it is IN_MAINTENANCE at once,
+// no copy is made while it is, and at --end it is IN_SERVICE again.
+func TestClusterMaintenance(t *testing.T) {
+	c := startCluster(t)
+	dir := t.TempDir()
+	id := c.nodes["dn6"].fill(t, randomFile(t, dir, "a", 100<<10))
+	nodes := c.waitHealthy(t, id)
+	node := nodes[0]
+	if node == "dn1" {
+		node = nodes[1]
+	}
+	res := replicad(t, "admin", "maintenance", "--server", c.coord.Addr, node, "--end", "8s")
+	if res.Code != 0 || !strings.Contains(res.Stdout, "ENTERING_MAINTENANCE") {
+		t.Fatalf("admin maintenance %s: %v", node, res)
+	}
+	waitFor(t, 10*time.Second, node+" IN_MAINTENANCE", func() bool {
+		return c.adminNodes(t)[node].OpState == "IN_MAINTENANCE"
+	})
+	c.nodes[node].kill9(t) // offline in maintenance: nothing to heal
+	waitFor(t, 10*time.Second, node+" DEAD", func() bool {
+		return c.adminNodes(t)[node].Health == "DEAD"
+	})
+	time.Sleep(time.Second) // not synchronization: cycles that must not copy
+	if n := c.adminNodes(t)[node]; n.OpState != "IN_MAINTENANCE" {
+		t.Fatalf("%s: %+v, want IN_MAINTENANCE until its end", node, n)
+	}
+	if ct := c.containers(t)[id]; len(ct.Replicas) != 3 {
+		t.Errorf("while %s is offline in maintenance: %+v, want the same 3 replicas", node, ct)
+	}
+	waitFor(t, 20*time.Second, node+" back IN_SERVICE at its end", func() bool {
+		return c.adminNodes(t)[node].OpState == "IN_SERVICE"
+	})
+	// Back in service but dead: now its copy is made again.
+	c.waitHealthy(t, id, node)
+}
