@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -68,7 +69,7 @@ func startCluster(t *testing.T, extra ...string) *testCluster {
 			c.coord = n
 		}
 	}
-	waitFor(t, 20*time.Second, "six healthy nodes", func() bool {
+	wait.For(t, 20*time.Second, "six healthy nodes", func() bool {
 		healthy := 0
 		for _, n := range c.adminNodes(t) {
 			if n.Health == "HEALTHY" {
@@ -143,7 +144,7 @@ func (c *testCluster) waitHealthy(t *testing.T, id string, not ...string) []stri
 	t.Helper()
 	var last clusterContainer
 	var nodes []string
-	ok := poll(60*time.Second, func() bool {
+	ok := wait.Until(60*time.Second, func() bool {
 		last = c.containers(t)[id]
 		var racks map[string]bool
 		nodes, racks = c.closedOn(last, not)
@@ -213,13 +214,13 @@ func TestClusterDeadNodeHealed(t *testing.T) {
 		}
 	}
 	victim.kill9(t)
-	waitFor(t, 20*time.Second, victim.name+" DEAD", func() bool {
+	wait.For(t, 20*time.Second, victim.name+" DEAD", func() bool {
 		return c.adminNodes(t)[victim.name].Health == "DEAD"
 	})
 	c.waitHealthy(t, id, victim.name)
 
 	victim.restart(t)
-	waitFor(t, 20*time.Second, victim.name+" HEALTHY again", func() bool {
+	wait.For(t, 20*time.Second, victim.name+" HEALTHY again", func() bool {
 		return c.adminNodes(t)[victim.name].Health == "HEALTHY"
 	})
 	// Four copies now, one of them deleted: three remain, on three racks.
@@ -253,7 +254,7 @@ func TestClusterDecommission(t *testing.T) {
 	if res.Code != 0 || !strings.Contains(res.Stdout, "DECOMMISSIONING") {
 		t.Fatalf("admin decommission dn4: %v", res)
 	}
-	waitFor(t, 60*time.Second, "dn4 DECOMMISSIONED", func() bool {
+	wait.For(t, 60*time.Second, "dn4 DECOMMISSIONED", func() bool {
 		return c.adminNodes(t)["dn4"].OpState == "DECOMMISSIONED"
 	})
 	for _, id := range ids {
@@ -273,7 +274,7 @@ func TestClusterCoordinatorRestart(t *testing.T) {
 	c := startCluster(t)
 	dir := t.TempDir()
 	id := c.nodes["dn5"].fill(t, randomFile(t, dir, "a", 400<<10))
-	waitFor(t, 20*time.Second, "the coordinator to know "+id, func() bool {
+	wait.For(t, 20*time.Second, "the coordinator to know "+id, func() bool {
 		_, ok := c.containers(t)[id]
 		return ok
 	})
@@ -301,11 +302,11 @@ func TestClusterMaintenance(t *testing.T) {
 	if res.Code != 0 || !strings.Contains(res.Stdout, "ENTERING_MAINTENANCE") {
 		t.Fatalf("admin maintenance %s: %v", node, res)
 	}
-	waitFor(t, 10*time.Second, node+" IN_MAINTENANCE", func() bool {
+	wait.For(t, 10*time.Second, node+" IN_MAINTENANCE", func() bool {
 		return c.adminNodes(t)[node].OpState == "IN_MAINTENANCE"
 	})
 	c.nodes[node].kill9(t) // offline in maintenance: nothing to heal
-	waitFor(t, 10*time.Second, node+" DEAD", func() bool {
+	wait.For(t, 10*time.Second, node+" DEAD", func() bool {
 		return c.adminNodes(t)[node].Health == "DEAD"
 	})
 	time.Sleep(time.Second) // not synchronization: cycles that must not copy
@@ -315,7 +316,7 @@ func TestClusterMaintenance(t *testing.T) {
 	if ct := c.containers(t)[id]; len(ct.Replicas) != 3 {
 		t.Errorf("while %s is offline in maintenance: %+v, want the same 3 replicas", node, ct)
 	}
-	waitFor(t, 20*time.Second, node+" back IN_SERVICE at its end", func() bool {
+	wait.For(t, 20*time.Second, node+" back IN_SERVICE at its end", func() bool {
 		return c.adminNodes(t)[node].OpState == "IN_SERVICE"
 	})
 	// Back in service but dead: now its copy is made again.
