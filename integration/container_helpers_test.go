@@ -359,11 +359,13 @@ type cutOnceToxic struct {
 	done  atomic.Bool
 }
 
+// byteCount is a connection's state: the bytes passed so far.
 type byteCount struct{ n int64 }
 
-func (t *cutOnceToxic) NewState() any { return new(byteCount) }
-
-func (t *cutOnceToxic) Pipe(stub *toxics.ToxicStub) {
+// pipe passes every chunk of stub's connection through edit, which is
+// given the bytes passed before the chunk, and closes the connection
+// after the chunk edit says is the last.
+func pipe(stub *toxics.ToxicStub, edit func(c *stream.StreamChunk, before int64) (out *stream.StreamChunk, last bool)) {
 	st := stub.State.(*byteCount)
 	for {
 		select {
@@ -374,15 +376,26 @@ func (t *cutOnceToxic) Pipe(stub *toxics.ToxicStub) {
 				stub.Close()
 				return
 			}
-			if !t.done.Load() && st.n+int64(len(c.Data)) >= t.Bytes && t.done.CompareAndSwap(false, true) {
-				stub.Output <- &stream.StreamChunk{Timestamp: c.Timestamp, Data: c.Data[:t.Bytes-st.n]}
+			c, last := edit(c, st.n)
+			st.n += int64(len(c.Data))
+			stub.Output <- c
+			if last {
 				stub.Close()
 				return
 			}
-			st.n += int64(len(c.Data))
-			stub.Output <- c
 		}
 	}
+}
+
+func (t *cutOnceToxic) NewState() any { return new(byteCount) }
+
+func (t *cutOnceToxic) Pipe(stub *toxics.ToxicStub) {
+	pipe(stub, func(c *stream.StreamChunk, before int64) (*stream.StreamChunk, bool) {
+		if !t.done.Load() && before+int64(len(c.Data)) >= t.Bytes && t.done.CompareAndSwap(false, true) {
+			return &stream.StreamChunk{Timestamp: c.Timestamp, Data: c.Data[:t.Bytes-before]}, true
+		}
+		return c, false
+	})
 }
 
 // flipToxic inverts the byte at Offset of every connection's stream.
@@ -394,24 +407,13 @@ type flipToxic struct {
 func (t *flipToxic) NewState() any { return new(byteCount) }
 
 func (t *flipToxic) Pipe(stub *toxics.ToxicStub) {
-	st := stub.State.(*byteCount)
-	for {
-		select {
-		case <-stub.Interrupt:
-			return
-		case c := <-stub.Input:
-			if c == nil {
-				stub.Close()
-				return
-			}
-			if i := t.Offset - st.n; i >= 0 && i < int64(len(c.Data)) {
-				data := append([]byte(nil), c.Data...)
-				data[i] ^= 0xff
-				c = &stream.StreamChunk{Timestamp: c.Timestamp, Data: data}
-				t.flips.Add(1)
-			}
-			st.n += int64(len(c.Data))
-			stub.Output <- c
+	pipe(stub, func(c *stream.StreamChunk, before int64) (*stream.StreamChunk, bool) {
+		if i := t.Offset - before; i >= 0 && i < int64(len(c.Data)) {
+			data := append([]byte(nil), c.Data...)
+			data[i] ^= 0xff
+			c = &stream.StreamChunk{Timestamp: c.Timestamp, Data: data}
+			t.flips.Add(1)
 		}
-	}
+		return c, false
+	})
 }

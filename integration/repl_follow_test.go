@@ -2,7 +2,6 @@ package integration
 
 import (
 	"fmt"
-	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
 	"net/http"
 	"os"
@@ -30,36 +29,10 @@ func TestReplFollow(t *testing.T) {
 	// catchUp waits until the target equals the source as it is now.
 	catchUp := func(what string) {
 		t.Helper()
-		want := sourceTree(t, m)
-		last := lastEventID(t, m.State)
-		start := time.Now()
-		var diff string
-		ok := wait.Until(30*time.Second, func() bool {
-			if follow.exited() {
-				return true
-			}
-			if id := stateID(target); id < last {
-				diff = fmt.Sprintf("target at event %d, source at %d", id, last)
-				return false
-			}
-			got, err := tryReadTree(target, targetNames...)
-			if err != nil {
-				diff = err.Error()
-				return false
-			}
-			diff = diffTree(got, want)
-			return diff == ""
-		})
-		if follow.exited() {
-			t.Fatalf("replicad follow exited: %v", follow.res)
-		}
-		if !ok {
-			t.Fatalf("%s: the target did not catch up within 30s: %s\nfollow stderr: %s", what, diff, follow.stderrNow())
-		}
+		last := awaitFollow(t, what, m, target, follow, 30*time.Second)
 		if st := statusOf(t, target); st.LastReplID != last {
 			t.Errorf("%s: status: last_repl_id %d, want %d", what, st.LastReplID, last)
 		}
-		t.Logf("%s: caught up with event %d in %v", what, last, time.Since(start).Round(time.Millisecond))
 	}
 
 	for i := range 20 {

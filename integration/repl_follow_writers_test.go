@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
 	"net/http"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cmfs-project/cmfs/internal/wait"
 )
 
 // followSoakEnv, set to a duration ("15s"), makes each round of writers in
@@ -81,40 +82,6 @@ func writeDuration(t *testing.T) time.Duration {
 		t.Fatalf("%s=%q: %v", followSoakEnv, v, err)
 	}
 	return d
-}
-
-// awaitFollow waits until the target holds the source's tree as it is now
-// and its state is at the source's newest event; it fails t at once if
-// follow exits.
-func awaitFollow(t *testing.T, what string, m *mounted, target string, follow *proc, timeout time.Duration) {
-	t.Helper()
-	want := sourceTree(t, m)
-	last := lastEventID(t, m.State)
-	start := time.Now()
-	var diff string
-	ok := wait.Until(timeout, func() bool {
-		if follow.exited() {
-			return true
-		}
-		if id := stateID(target); id < last {
-			diff = fmt.Sprintf("target at event %d, source at %d", id, last)
-			return false
-		}
-		got, err := tryReadTree(target, targetNames...)
-		if err != nil {
-			diff = err.Error()
-			return false
-		}
-		diff = diffTree(got, want)
-		return diff == ""
-	})
-	if follow.exited() {
-		t.Fatalf("%s: replicad follow exited: %v", what, follow.res)
-	}
-	if !ok {
-		t.Fatalf("%s: the target did not catch up within %v: %s\nfollow stderr: %s", what, timeout, diff, follow.stderrNow())
-	}
-	t.Logf("%s: caught up with event %d in %v", what, last, time.Since(start).Round(time.Millisecond))
 }
 
 // TestFollowWriters is the defect of follow stopping for good under

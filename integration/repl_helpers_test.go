@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/cmfs-project/cmfs/internal/wait"
 	"io/fs"
 	"net"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -541,4 +541,39 @@ func (h *history) at(t testing.TB, id uint64) tree {
 		t.Fatalf("event %d ends no recorded operation: no source tree to compare with", id)
 	}
 	return tr
+}
+
+// awaitFollow waits until the target holds the source's tree as it is now
+// and its state is at the source's newest event, and returns that event;
+// it fails t at once if follow exits.
+func awaitFollow(t *testing.T, what string, m *mounted, target string, follow *proc, timeout time.Duration) uint64 {
+	t.Helper()
+	want := sourceTree(t, m)
+	last := lastEventID(t, m.State)
+	start := time.Now()
+	var diff string
+	ok := wait.Until(timeout, func() bool {
+		if follow.exited() {
+			return true
+		}
+		if id := stateID(target); id < last {
+			diff = fmt.Sprintf("target at event %d, source at %d", id, last)
+			return false
+		}
+		got, err := tryReadTree(target, targetNames...)
+		if err != nil {
+			diff = err.Error()
+			return false
+		}
+		diff = diffTree(got, want)
+		return diff == ""
+	})
+	if follow.exited() {
+		t.Fatalf("%s: replicad follow exited: %v", what, follow.res)
+	}
+	if !ok {
+		t.Fatalf("%s: the target did not catch up within %v: %s\nfollow stderr: %s", what, timeout, diff, follow.stderrNow())
+	}
+	t.Logf("%s: caught up with event %d in %v", what, last, time.Since(start).Round(time.Millisecond))
+	return last
 }
