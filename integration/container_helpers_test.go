@@ -92,37 +92,27 @@ func (n *replNode) start(t testing.TB) {
 		args = append(args, "--volume", v)
 	}
 	args = append(args, n.extra...)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var line []string
+	p, err := startListening(10*time.Second, func() *proc {
 		var p *proc
 		if bin := replicadPath(t); n.ns == nil {
 			p = startProc(t, bin, args...)
 		} else if n.ns.do(t, func() { p = startProc(t, bin, args...) }); p == nil {
 			t.FailNow() // startProc said why
 		}
-		var line []string
-		ok := wait.Until(15*time.Second, func() bool {
-			b, _ := os.ReadFile(p.stdout)
-			line = listeningLine.FindStringSubmatch(string(b))
-			return line != nil || p.exited()
-		})
-		switch {
-		case !ok:
-			p.kill()
-			t.Fatalf("%s: no \"listening on\" within 15s; stderr: %s", p.name, p.stderrNow())
-		case line != nil:
-			n.p, n.Addr = p, line[1]
-			b, _ := os.ReadFile(p.stdout)
-			if m := metricsAddr.FindStringSubmatch(string(b)); m != nil {
-				n.Metrics = m[1]
-			}
-			return
-		}
-		// A restart on the old port may find it not yet free.
-		if !strings.Contains(p.res.Stderr, "in use") || time.Now().After(deadline) {
-			t.Fatalf("%s exited before listening: %v", p.name, p.res)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return p
+	}, func(p *proc) bool {
+		b, _ := os.ReadFile(p.stdout)
+		line = listeningLine.FindStringSubmatch(string(b))
+		return line != nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.p, n.Addr = p, line[1]
+	b, _ := os.ReadFile(p.stdout)
+	if m := metricsAddr.FindStringSubmatch(string(b)); m != nil {
+		n.Metrics = m[1]
 	}
 }
 

@@ -356,34 +356,47 @@ func serve(t testing.TB, state string) *server {
 func serveAt(t testing.TB, state, addr string, bindTimeout time.Duration) (*server, error) {
 	t.Helper()
 	bin := replicadPath(t)
-	deadline := time.Now().Add(bindTimeout)
-	for {
-		p := startProc(t, bin, "serve", "--state", state, "--listen", addr)
-		s := &server{proc: p, Addr: addr, State: state}
-		ready := wait.Until(15*time.Second, func() bool {
-			if p.exited() {
-				return true
-			}
-			c, err := net.DialTimeout("tcp", addr, time.Second)
-			if err != nil {
-				return false
-			}
-			c.Close()
-			return true
-		})
-		switch {
-		case !ready:
-			p.kill()
-			return nil, fmt.Errorf("%s: not listening after 15s; stderr: %s", p.name, p.stderrNow())
-		case !p.exited():
-			return s, nil
+	p, err := startListening(bindTimeout, func() *proc {
+		return startProc(t, bin, "serve", "--state", state, "--listen", addr)
+	}, func(*proc) bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return false
 		}
-		err := fmt.Errorf("%s exited before listening: %v", p.name, p.res)
-		if !strings.Contains(p.res.Stderr, "in use") || time.Now().After(deadline) {
-			return nil, err
-		}
-		time.Sleep(50 * time.Millisecond)
+		c.Close()
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
+	return &server{proc: p, Addr: addr, State: state}, nil
+}
+
+// startListening starts a server with start until listening says it
+// listens: started again while it exits because its port is not yet free
+// (a restart on the old port), for at most bindTimeout. Any other early
+// exit, or no listener within 15s, is an error.
+func startListening(bindTimeout time.Duration, start func() *proc, listening func(*proc) bool) (*proc, error) {
+	var (
+		p   *proc
+		err error
+	)
+	wait.Until(bindTimeout, func() bool {
+		p = start()
+		up := false
+		if !wait.Until(15*time.Second, func() bool { up = listening(p); return up || p.exited() }) {
+			p.kill()
+			err = fmt.Errorf("%s: not listening after 15s; stderr: %s", p.name, p.stderrNow())
+			return true
+		}
+		if up {
+			err = nil
+			return true
+		}
+		err = fmt.Errorf("%s exited before listening: %v", p.name, p.res)
+		return !strings.Contains(p.res.Stderr, "in use")
+	})
+	return p, err
 }
 
 // tree is a snapshot of a directory tree for comparison: every path below
