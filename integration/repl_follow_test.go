@@ -2,11 +2,8 @@ package integration
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"testing"
 	"time"
 )
@@ -50,27 +47,7 @@ func TestReplFollow(t *testing.T) {
 	catchUp("after 20 files")
 
 	// The metrics say where the target is, and saw every event's lag.
-	b, _ := os.ReadFile(follow.stdout)
-	addr := regexp.MustCompile(`metrics on http://(\S+)/metrics`).FindStringSubmatch(string(b))
-	if addr == nil {
-		t.Fatalf("follow did not say where its metrics are: %q", b)
-	}
-	resp, err := http.Get("http://" + addr[1] + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metric := func(name string) string {
-		m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(string(body))
-		if m == nil {
-			t.Fatalf("/metrics has no %s:\n%s", name, body)
-		}
-		return m[1]
-	}
+	metric := func(name string) string { return followMetric(t, follow, name) }
 	if got, want := metric("replicad_follow_target_last_id"), fmt.Sprint(lastEventID(t, m.State)); got != want {
 		t.Errorf("replicad_follow_target_last_id %s, want %s", got, want)
 	}

@@ -4,12 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -164,28 +161,4 @@ func TestFollowSourceRestart(t *testing.T) {
 		t.Errorf("replicad_follow_errors_total %s after an outage", got)
 	}
 	t.Logf("follow stderr:\n%s", follow.stderrNow())
-}
-
-// followMetric scrapes follow's --metrics and returns the value of name.
-func followMetric(t *testing.T, follow *proc, name string) string {
-	t.Helper()
-	b, _ := os.ReadFile(follow.stdout)
-	addr := regexp.MustCompile(`metrics on http://(\S+)/metrics`).FindStringSubmatch(string(b))
-	if addr == nil {
-		t.Fatalf("follow did not say where its metrics are: %q", b)
-	}
-	resp, err := http.Get("http://" + addr[1] + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(string(body))
-	if v == nil {
-		t.Fatalf("/metrics has no %s:\n%s", name, body)
-	}
-	return v[1]
 }

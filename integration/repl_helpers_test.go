@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -589,4 +592,28 @@ func awaitFollow(t *testing.T, what string, m *mounted, target string, follow *p
 	}
 	t.Logf("%s: caught up with event %d in %v", what, last, time.Since(start).Round(time.Millisecond))
 	return last
+}
+
+// followMetric scrapes follow's --metrics and returns the value of name.
+func followMetric(t *testing.T, follow *proc, name string) string {
+	t.Helper()
+	b, _ := os.ReadFile(follow.stdout)
+	addr := regexp.MustCompile(`metrics on http://(\S+)/metrics`).FindStringSubmatch(string(b))
+	if addr == nil {
+		t.Fatalf("follow did not say where its metrics are: %q", b)
+	}
+	resp, err := http.Get("http://" + addr[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(string(body))
+	if v == nil {
+		t.Fatalf("/metrics has no %s:\n%s", name, body)
+	}
+	return v[1]
 }
