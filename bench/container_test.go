@@ -103,7 +103,7 @@ func TestProcStatusAndSampler(t *testing.T) {
 		t.Fatal("no error for a missing field")
 	}
 	s := SampleRSS([]int{pid}, time.Millisecond)
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // lets a few ticks pass: not a wait, Stop samples once more anyway
 	peak, err := s.Stop()
 	if err != nil || peak[pid] <= 0 {
 		t.Fatalf("peak %v, %v", peak, err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/upkeep"
 	"github.com/cmfs-project/cmfs/upkeep/upkeeptest"
@@ -63,17 +64,15 @@ func newEnv(t *testing.T) *env {
 // waitSocket polls until something accepts connections on path.
 func waitSocket(t *testing.T, path string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := net.Dial("unix", path)
-		if err == nil {
+	var err error
+	if !wait.Until(5*time.Second, func() bool {
+		var c net.Conn
+		if c, err = net.Dial("unix", path); err == nil {
 			c.Close()
-			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("socket %s never answered: %v", path, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("socket %s never answered: %v", path, err)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 )
@@ -448,13 +449,7 @@ func TestRun(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx, 10*time.Millisecond) }()
 	w.journal.add(journal.Write, "a", w.write("a", data))
-	deadline := time.Now().Add(10 * time.Second)
-	for !w.hasBlock(data) {
-		if time.Now().After(deadline) {
-			t.Fatal("Run did not ingest the event within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(t, 10*time.Second, "Run to ingest the event", func() bool { return w.hasBlock(data) })
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)

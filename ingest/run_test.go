@@ -11,6 +11,7 @@ import (
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/control"
 	"github.com/cmfs-project/cmfs/internal/statedir"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 	"github.com/cmfs-project/cmfs/source"
@@ -85,12 +86,8 @@ func TestRunFollowsJournal(t *testing.T) {
 					Files: []journal.File{{Path: rel, Size: int64(len(data)), XXH64: journal.Sum(data)}}})
 				// The old loop looked once a second; a poll of an hour
 				// would never get there.
-				deadline := start.Add(800 * time.Millisecond)
-				for !holds(store, data) {
-					if time.Now().After(deadline) {
-						t.Fatalf("event %d not ingested within 800ms of its append", i+1)
-					}
-					time.Sleep(5 * time.Millisecond)
+				if !wait.Until(time.Until(start.Add(800*time.Millisecond)), func() bool { return holds(store, data) }) {
+					t.Fatalf("event %d not ingested within 800ms of its append", i+1)
 				}
 				t.Logf("event %d ingested %v after its append", i+1, time.Since(start).Round(time.Millisecond))
 			}
@@ -158,13 +155,7 @@ func startControl(t *testing.T, state, jpath, cmr string) func(...*journal.Event
 		j.Close()
 	})
 	// Answering, as a mount is once its mount point is ready.
-	deadline := time.Now().Add(10 * time.Second)
-	for !answers(filepath.Join(state, statedir.SocketFile)) {
-		if time.Now().After(deadline) {
-			t.Fatal("the control socket does not answer within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(t, 10*time.Second, "the control socket to answer", func() bool { return answers(filepath.Join(state, statedir.SocketFile)) })
 	return func(es ...*journal.Event) {
 		t.Helper()
 		if err := j.Append(context.Background(), es...); err != nil {

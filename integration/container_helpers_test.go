@@ -92,37 +92,27 @@ func (n *replNode) start(t testing.TB) {
 		args = append(args, "--volume", v)
 	}
 	args = append(args, n.extra...)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var line []string
+	p, err := startListening(10*time.Second, func() *proc {
 		var p *proc
 		if bin := replicadPath(t); n.ns == nil {
 			p = startProc(t, bin, args...)
 		} else if n.ns.do(t, func() { p = startProc(t, bin, args...) }); p == nil {
 			t.FailNow() // startProc said why
 		}
-		var line []string
-		ok := wait.Until(15*time.Second, func() bool {
-			b, _ := os.ReadFile(p.stdout)
-			line = listeningLine.FindStringSubmatch(string(b))
-			return line != nil || p.exited()
-		})
-		switch {
-		case !ok:
-			p.kill()
-			t.Fatalf("%s: no \"listening on\" within 15s; stderr: %s", p.name, p.stderrNow())
-		case line != nil:
-			n.p, n.Addr = p, line[1]
-			b, _ := os.ReadFile(p.stdout)
-			if m := metricsAddr.FindStringSubmatch(string(b)); m != nil {
-				n.Metrics = m[1]
-			}
-			return
-		}
-		// A restart on the old port may find it not yet free.
-		if !strings.Contains(p.res.Stderr, "in use") || time.Now().After(deadline) {
-			t.Fatalf("%s exited before listening: %v", p.name, p.res)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return p
+	}, func(p *proc) bool {
+		b, _ := os.ReadFile(p.stdout)
+		line = listeningLine.FindStringSubmatch(string(b))
+		return line != nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.p, n.Addr = p, line[1]
+	b, _ := os.ReadFile(p.stdout)
+	if m := metricsAddr.FindStringSubmatch(string(b)); m != nil {
+		n.Metrics = m[1]
 	}
 }
 
@@ -359,11 +349,13 @@ type cutOnceToxic struct {
 	done  atomic.Bool
 }
 
+// byteCount is a connection's state: the bytes passed so far.
 type byteCount struct{ n int64 }
 
-func (t *cutOnceToxic) NewState() any { return new(byteCount) }
-
-func (t *cutOnceToxic) Pipe(stub *toxics.ToxicStub) {
+// pipe passes every chunk of stub's connection through edit, which is
+// given the bytes passed before the chunk, and closes the connection
+// after the chunk edit says is the last.
+func pipe(stub *toxics.ToxicStub, edit func(c *stream.StreamChunk, before int64) (out *stream.StreamChunk, last bool)) {
 	st := stub.State.(*byteCount)
 	for {
 		select {
@@ -374,15 +366,26 @@ func (t *cutOnceToxic) Pipe(stub *toxics.ToxicStub) {
 				stub.Close()
 				return
 			}
-			if !t.done.Load() && st.n+int64(len(c.Data)) >= t.Bytes && t.done.CompareAndSwap(false, true) {
-				stub.Output <- &stream.StreamChunk{Timestamp: c.Timestamp, Data: c.Data[:t.Bytes-st.n]}
+			c, last := edit(c, st.n)
+			st.n += int64(len(c.Data))
+			stub.Output <- c
+			if last {
 				stub.Close()
 				return
 			}
-			st.n += int64(len(c.Data))
-			stub.Output <- c
 		}
 	}
+}
+
+func (t *cutOnceToxic) NewState() any { return new(byteCount) }
+
+func (t *cutOnceToxic) Pipe(stub *toxics.ToxicStub) {
+	pipe(stub, func(c *stream.StreamChunk, before int64) (*stream.StreamChunk, bool) {
+		if !t.done.Load() && before+int64(len(c.Data)) >= t.Bytes && t.done.CompareAndSwap(false, true) {
+			return &stream.StreamChunk{Timestamp: c.Timestamp, Data: c.Data[:t.Bytes-before]}, true
+		}
+		return c, false
+	})
 }
 
 // flipToxic inverts the byte at Offset of every connection's stream.
@@ -394,24 +397,13 @@ type flipToxic struct {
 func (t *flipToxic) NewState() any { return new(byteCount) }
 
 func (t *flipToxic) Pipe(stub *toxics.ToxicStub) {
-	st := stub.State.(*byteCount)
-	for {
-		select {
-		case <-stub.Interrupt:
-			return
-		case c := <-stub.Input:
-			if c == nil {
-				stub.Close()
-				return
-			}
-			if i := t.Offset - st.n; i >= 0 && i < int64(len(c.Data)) {
-				data := append([]byte(nil), c.Data...)
-				data[i] ^= 0xff
-				c = &stream.StreamChunk{Timestamp: c.Timestamp, Data: data}
-				t.flips.Add(1)
-			}
-			st.n += int64(len(c.Data))
-			stub.Output <- c
+	pipe(stub, func(c *stream.StreamChunk, before int64) (*stream.StreamChunk, bool) {
+		if i := t.Offset - before; i >= 0 && i < int64(len(c.Data)) {
+			data := append([]byte(nil), c.Data...)
+			data[i] ^= 0xff
+			c = &stream.StreamChunk{Timestamp: c.Timestamp, Data: data}
+			t.flips.Add(1)
 		}
-	}
+		return c, false
+	})
 }

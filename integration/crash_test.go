@@ -103,8 +103,10 @@ func crashRound(t *testing.T, killAt int, repair bool) {
 		<-exited
 		forceUnmount(t, mp)
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for !isMounted(mp) {
+	if !wait.Until(10*time.Second, func() bool {
+		if isMounted(mp) {
+			return true
+		}
 		select {
 		case err := <-exited:
 			exited <- err
@@ -112,10 +114,9 @@ func crashRound(t *testing.T, killAt int, repair bool) {
 			t.Fatalf("cmfs mount exited before mounting: %v\n%s", err, log)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cmfs mount %s: not mounted after 10s", mp)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("cmfs mount %s: not mounted after 10s", mp)
 	}
 
 	var (

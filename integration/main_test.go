@@ -360,20 +360,12 @@ func daemonPIDs(mp string) []int {
 // stays is an error, and is killed by its pid so no process leaks.
 func reapDaemons(t testing.TB, mp string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		pids := daemonPIDs(mp)
-		if len(pids) == 0 {
-			return
+	var pids []int
+	if !wait.Until(15*time.Second, func() bool { pids = daemonPIDs(mp); return len(pids) == 0 }) {
+		t.Errorf("cmfs daemon(s) %v for %s still running 15s after unmount; killing them", pids, mp)
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("cmfs daemon(s) %v for %s still running 15s after unmount; killing them", pids, mp)
-			for _, pid := range pids {
-				syscall.Kill(pid, syscall.SIGKILL)
-			}
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

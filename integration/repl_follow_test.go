@@ -2,12 +2,8 @@ package integration
 
 import (
 	"fmt"
-	"github.com/cmfs-project/cmfs/internal/wait"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"testing"
 	"time"
 )
@@ -30,36 +26,10 @@ func TestReplFollow(t *testing.T) {
 	// catchUp waits until the target equals the source as it is now.
 	catchUp := func(what string) {
 		t.Helper()
-		want := sourceTree(t, m)
-		last := lastEventID(t, m.State)
-		start := time.Now()
-		var diff string
-		ok := wait.Until(30*time.Second, func() bool {
-			if follow.exited() {
-				return true
-			}
-			if id := stateID(target); id < last {
-				diff = fmt.Sprintf("target at event %d, source at %d", id, last)
-				return false
-			}
-			got, err := tryReadTree(target, targetNames...)
-			if err != nil {
-				diff = err.Error()
-				return false
-			}
-			diff = diffTree(got, want)
-			return diff == ""
-		})
-		if follow.exited() {
-			t.Fatalf("replicad follow exited: %v", follow.res)
-		}
-		if !ok {
-			t.Fatalf("%s: the target did not catch up within 30s: %s\nfollow stderr: %s", what, diff, follow.stderrNow())
-		}
+		last := awaitFollow(t, what, m, target, follow, 30*time.Second)
 		if st := statusOf(t, target); st.LastReplID != last {
 			t.Errorf("%s: status: last_repl_id %d, want %d", what, st.LastReplID, last)
 		}
-		t.Logf("%s: caught up with event %d in %v", what, last, time.Since(start).Round(time.Millisecond))
 	}
 
 	for i := range 20 {
@@ -77,27 +47,7 @@ func TestReplFollow(t *testing.T) {
 	catchUp("after 20 files")
 
 	// The metrics say where the target is, and saw every event's lag.
-	b, _ := os.ReadFile(follow.stdout)
-	addr := regexp.MustCompile(`metrics on http://(\S+)/metrics`).FindStringSubmatch(string(b))
-	if addr == nil {
-		t.Fatalf("follow did not say where its metrics are: %q", b)
-	}
-	resp, err := http.Get("http://" + addr[1] + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metric := func(name string) string {
-		m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(string(body))
-		if m == nil {
-			t.Fatalf("/metrics has no %s:\n%s", name, body)
-		}
-		return m[1]
-	}
+	metric := func(name string) string { return followMetric(t, follow, name) }
 	if got, want := metric("replicad_follow_target_last_id"), fmt.Sprint(lastEventID(t, m.State)); got != want {
 		t.Errorf("replicad_follow_target_last_id %s, want %s", got, want)
 	}

@@ -4,18 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/cmfs-project/cmfs/internal/wait"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cmfs-project/cmfs/internal/wait"
 )
 
 // followSoakEnv, set to a duration ("15s"), makes each round of writers in
@@ -81,40 +79,6 @@ func writeDuration(t *testing.T) time.Duration {
 		t.Fatalf("%s=%q: %v", followSoakEnv, v, err)
 	}
 	return d
-}
-
-// awaitFollow waits until the target holds the source's tree as it is now
-// and its state is at the source's newest event; it fails t at once if
-// follow exits.
-func awaitFollow(t *testing.T, what string, m *mounted, target string, follow *proc, timeout time.Duration) {
-	t.Helper()
-	want := sourceTree(t, m)
-	last := lastEventID(t, m.State)
-	start := time.Now()
-	var diff string
-	ok := wait.Until(timeout, func() bool {
-		if follow.exited() {
-			return true
-		}
-		if id := stateID(target); id < last {
-			diff = fmt.Sprintf("target at event %d, source at %d", id, last)
-			return false
-		}
-		got, err := tryReadTree(target, targetNames...)
-		if err != nil {
-			diff = err.Error()
-			return false
-		}
-		diff = diffTree(got, want)
-		return diff == ""
-	})
-	if follow.exited() {
-		t.Fatalf("%s: replicad follow exited: %v", what, follow.res)
-	}
-	if !ok {
-		t.Fatalf("%s: the target did not catch up within %v: %s\nfollow stderr: %s", what, timeout, diff, follow.stderrNow())
-	}
-	t.Logf("%s: caught up with event %d in %v", what, last, time.Since(start).Round(time.Millisecond))
 }
 
 // TestFollowWriters is the defect of follow stopping for good under
@@ -197,28 +161,4 @@ func TestFollowSourceRestart(t *testing.T) {
 		t.Errorf("replicad_follow_errors_total %s after an outage", got)
 	}
 	t.Logf("follow stderr:\n%s", follow.stderrNow())
-}
-
-// followMetric scrapes follow's --metrics and returns the value of name.
-func followMetric(t *testing.T, follow *proc, name string) string {
-	t.Helper()
-	b, _ := os.ReadFile(follow.stdout)
-	addr := regexp.MustCompile(`metrics on http://(\S+)/metrics`).FindStringSubmatch(string(b))
-	if addr == nil {
-		t.Fatalf("follow did not say where its metrics are: %q", b)
-	}
-	resp, err := http.Get("http://" + addr[1] + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(string(body))
-	if v == nil {
-		t.Fatalf("/metrics has no %s:\n%s", name, body)
-	}
-	return v[1]
 }

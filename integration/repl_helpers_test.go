@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/cmfs-project/cmfs/internal/wait"
+	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -356,34 +359,47 @@ func serve(t testing.TB, state string) *server {
 func serveAt(t testing.TB, state, addr string, bindTimeout time.Duration) (*server, error) {
 	t.Helper()
 	bin := replicadPath(t)
-	deadline := time.Now().Add(bindTimeout)
-	for {
-		p := startProc(t, bin, "serve", "--state", state, "--listen", addr)
-		s := &server{proc: p, Addr: addr, State: state}
-		ready := wait.Until(15*time.Second, func() bool {
-			if p.exited() {
-				return true
-			}
-			c, err := net.DialTimeout("tcp", addr, time.Second)
-			if err != nil {
-				return false
-			}
-			c.Close()
-			return true
-		})
-		switch {
-		case !ready:
-			p.kill()
-			return nil, fmt.Errorf("%s: not listening after 15s; stderr: %s", p.name, p.stderrNow())
-		case !p.exited():
-			return s, nil
+	p, err := startListening(bindTimeout, func() *proc {
+		return startProc(t, bin, "serve", "--state", state, "--listen", addr)
+	}, func(*proc) bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return false
 		}
-		err := fmt.Errorf("%s exited before listening: %v", p.name, p.res)
-		if !strings.Contains(p.res.Stderr, "in use") || time.Now().After(deadline) {
-			return nil, err
-		}
-		time.Sleep(50 * time.Millisecond)
+		c.Close()
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
+	return &server{proc: p, Addr: addr, State: state}, nil
+}
+
+// startListening starts a server with start until listening says it
+// listens: started again while it exits because its port is not yet free
+// (a restart on the old port), for at most bindTimeout. Any other early
+// exit, or no listener within 15s, is an error.
+func startListening(bindTimeout time.Duration, start func() *proc, listening func(*proc) bool) (*proc, error) {
+	var (
+		p   *proc
+		err error
+	)
+	wait.Until(bindTimeout, func() bool {
+		p = start()
+		up := false
+		if !wait.Until(15*time.Second, func() bool { up = listening(p); return up || p.exited() }) {
+			p.kill()
+			err = fmt.Errorf("%s: not listening after 15s; stderr: %s", p.name, p.stderrNow())
+			return true
+		}
+		if up {
+			err = nil
+			return true
+		}
+		err = fmt.Errorf("%s exited before listening: %v", p.name, p.res)
+		return !strings.Contains(p.res.Stderr, "in use")
+	})
+	return p, err
 }
 
 // tree is a snapshot of a directory tree for comparison: every path below
@@ -541,4 +557,63 @@ func (h *history) at(t testing.TB, id uint64) tree {
 		t.Fatalf("event %d ends no recorded operation: no source tree to compare with", id)
 	}
 	return tr
+}
+
+// awaitFollow waits until the target holds the source's tree as it is now
+// and its state is at the source's newest event, and returns that event;
+// it fails t at once if follow exits.
+func awaitFollow(t *testing.T, what string, m *mounted, target string, follow *proc, timeout time.Duration) uint64 {
+	t.Helper()
+	want := sourceTree(t, m)
+	last := lastEventID(t, m.State)
+	start := time.Now()
+	var diff string
+	ok := wait.Until(timeout, func() bool {
+		if follow.exited() {
+			return true
+		}
+		if id := stateID(target); id < last {
+			diff = fmt.Sprintf("target at event %d, source at %d", id, last)
+			return false
+		}
+		got, err := tryReadTree(target, targetNames...)
+		if err != nil {
+			diff = err.Error()
+			return false
+		}
+		diff = diffTree(got, want)
+		return diff == ""
+	})
+	if follow.exited() {
+		t.Fatalf("%s: replicad follow exited: %v", what, follow.res)
+	}
+	if !ok {
+		t.Fatalf("%s: the target did not catch up within %v: %s\nfollow stderr: %s", what, timeout, diff, follow.stderrNow())
+	}
+	t.Logf("%s: caught up with event %d in %v", what, last, time.Since(start).Round(time.Millisecond))
+	return last
+}
+
+// followMetric scrapes follow's --metrics and returns the value of name.
+func followMetric(t *testing.T, follow *proc, name string) string {
+	t.Helper()
+	b, _ := os.ReadFile(follow.stdout)
+	addr := regexp.MustCompile(`metrics on http://(\S+)/metrics`).FindStringSubmatch(string(b))
+	if addr == nil {
+		t.Fatalf("follow did not say where its metrics are: %q", b)
+	}
+	resp, err := http.Get("http://" + addr[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(string(body))
+	if v == nil {
+		t.Fatalf("/metrics has no %s:\n%s", name, body)
+	}
+	return v[1]
 }

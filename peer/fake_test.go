@@ -191,7 +191,7 @@ func (f *fakeStore) Export(ctx context.Context, id uint64, c container.Compressi
 			}
 		}
 		if f.slowExport > 0 {
-			time.Sleep(f.slowExport)
+			time.Sleep(f.slowExport) // a slow export is what it fakes: not a wait
 		}
 		n := min(len(data), 100<<10) // writes of an odd size: messages are cut by the writer
 		if _, err := w.Write(data[:n]); err != nil {

@@ -217,6 +217,21 @@ func (c *Core) journalable(paths ...string) error {
 // isHidden says whether rel is the state directory or cmroot.
 func (c *Core) isHidden(rel string) bool { return c.hidden[rel] }
 
+// admit checks an operation on the single name rel before it starts: a
+// hidden name is refused with hidden (EPERM where the operation would
+// make the name, ENOENT where it would remove it), a name the journal
+// cannot carry with EILSEQ. It returns rel's backing path and whether rel
+// lies in scratch space, where the operation runs unprotected.
+func (c *Core) admit(rel string, hidden syscall.Errno) (abs string, excluded bool, err error) {
+	if c.isHidden(rel) {
+		return "", false, hidden
+	}
+	if err := c.journalable(rel); err != nil {
+		return "", false, err
+	}
+	return c.abs(rel), c.excluded(rel), nil
+}
+
 // Hidden says whether rel is the state directory or cmroot, which the
 // mount does not show.
 func (c *Core) Hidden(rel string) bool { return c.hidden[rel] }

@@ -90,14 +90,10 @@ func (h *Handle) Writes() bool { return h.write }
 // Create makes rel, exclusively, with flags and mode, owned by the
 // caller, and opens it. A file that exists fails with EEXIST.
 func (c *Core) Create(ctx context.Context, rel string, flags, mode uint32, cl Caller) (*Handle, error) {
-	if c.isHidden(rel) {
-		return nil, syscall.EPERM
-	}
-	if err := c.journalable(rel); err != nil {
+	abs, ex, err := c.admit(rel, syscall.EPERM)
+	if err != nil {
 		return nil, err
 	}
-	abs := c.abs(rel)
-	ex := c.excluded(rel)
 	if !ex {
 		// Should the mount die between creating the file and registering
 		// its handle, the next mount journals the new file.

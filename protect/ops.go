@@ -51,14 +51,11 @@ func (c *Core) leaving(u Use, st *syscall.Stat_t, h how) how {
 
 // Mkdir makes the directory rel with mode, owned by the caller.
 func (c *Core) Mkdir(ctx context.Context, rel string, mode uint32, cl Caller) error {
-	if c.isHidden(rel) {
-		return syscall.EPERM
-	}
-	if err := c.journalable(rel); err != nil {
+	abs, ex, err := c.admit(rel, syscall.EPERM)
+	if err != nil {
 		return err
 	}
-	abs := c.abs(rel)
-	if c.excluded(rel) {
+	if ex {
 		return mkdir(abs, mode, cl)
 	}
 	in := intent{Type: journal.Mkdir, Path: rel}
@@ -90,14 +87,11 @@ func mkdir(abs string, mode uint32, cl Caller) error {
 // Rmdir removes the empty directory rel: one structural event (rm -r has
 // journaled a DELETE for every file below first).
 func (c *Core) Rmdir(ctx context.Context, rel string) error {
-	if c.isHidden(rel) {
-		return syscall.ENOENT
-	}
-	if err := c.journalable(rel); err != nil {
+	abs, ex, err := c.admit(rel, syscall.ENOENT)
+	if err != nil {
 		return err
 	}
-	abs := c.abs(rel)
-	if c.excluded(rel) {
+	if ex {
 		return syscall.Rmdir(abs)
 	}
 	in := intent{Type: journal.Rmdir, Path: rel}
@@ -127,14 +121,11 @@ func (c *Core) Rmdir(ctx context.Context, rel string) error {
 // original goes to cmroot: moved there (the move is the unlink), or copied
 // when the inode can still change.
 func (c *Core) Unlink(ctx context.Context, rel string, u Use) error {
-	if c.isHidden(rel) {
-		return syscall.ENOENT
-	}
-	if err := c.journalable(rel); err != nil {
+	abs, ex, err := c.admit(rel, syscall.ENOENT)
+	if err != nil {
 		return err
 	}
-	abs := c.abs(rel)
-	if c.excluded(rel) {
+	if ex {
 		return syscall.Unlink(abs)
 	}
 	var st syscall.Stat_t
@@ -399,14 +390,10 @@ func renameEvent(oldRel, newRel string, st *syscall.Stat_t) *journal.Event {
 // Link gives the file at oldRel, a name in the tree, the new name rel,
 // and returns the file's attributes.
 func (c *Core) Link(ctx context.Context, oldRel, rel string) (*syscall.Stat_t, error) {
-	if c.isHidden(rel) {
-		return nil, syscall.EPERM
-	}
-	if err := c.journalable(rel); err != nil {
+	abs, ex, err := c.admit(rel, syscall.EPERM)
+	if err != nil {
 		return nil, err
 	}
-	abs := c.abs(rel)
-	ex := c.excluded(rel)
 	if !ex && !utf8.ValidString(oldRel) {
 		return nil, syscall.EILSEQ
 	}
@@ -448,17 +435,13 @@ func (c *Core) Link(ctx context.Context, oldRel, rel string) (*syscall.Stat_t, e
 
 // Symlink makes rel a symbolic link to target, owned by the caller.
 func (c *Core) Symlink(ctx context.Context, target, rel string, cl Caller) error {
-	if c.isHidden(rel) {
-		return syscall.EPERM
-	}
-	if err := c.journalable(rel); err != nil {
+	abs, ex, err := c.admit(rel, syscall.EPERM)
+	if err != nil {
 		return err
 	}
-	ex := c.excluded(rel)
 	if !utf8.ValidString(target) && !ex {
 		return syscall.EILSEQ
 	}
-	abs := c.abs(rel)
 	if ex {
 		return symlink(target, abs, cl)
 	}

@@ -167,29 +167,56 @@ type content struct {
 func contentOf(f journal.File) content { return content{f.Size, f.XXH64} }
 
 // linkTo makes rel another name of the file at from, which holds the
-// content rel must hold (verified when it was placed): staged as a link
-// and renamed into place, so rel is replaced atomically.
+// content rel must hold (verified when it was placed).
 func (l *loader) linkTo(from, rel string) error {
 	src, err := l.abs(from)
 	if err != nil {
 		return err
 	}
+	// The staged name is left when rel was already a name of src: place
+	// removes it.
+	return l.place(rel, "link", func(tmp string) error { return os.Link(src, tmp) })
+}
+
+// place makes rel what create makes at a staging name: staged, then
+// renamed into place, so rel is replaced atomically. The staging name is
+// removed after.
+func (l *loader) place(rel, name string, create func(tmp string) error) error {
 	p, err := l.abs(rel)
 	if err != nil {
 		return err
 	}
-	if dir := path.Dir(rel); dir != "." {
-		if err := l.mkdirs(dir); err != nil {
-			return err
-		}
-	}
-	tmp := filepath.Join(l.staging, "link")
-	os.Remove(tmp)
-	if err := os.Link(src, tmp); err != nil {
+	if err := l.mkparent(rel); err != nil {
 		return err
 	}
-	defer os.Remove(tmp) // left when p was already a name of src
-	return os.Rename(tmp, p)
+	tmp := filepath.Join(l.staging, name)
+	os.Remove(tmp)
+	if err := create(tmp); err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	return l.renameOver(tmp, p)
+}
+
+// mkparent makes the directory rel is in, unless that is the target.
+func (l *loader) mkparent(rel string) error {
+	if dir := path.Dir(rel); dir != "." {
+		return l.mkdirs(dir)
+	}
+	return nil
+}
+
+// renameOver renames the staged tmp to p, replacing what p was. Inside
+// the fuzzy window a directory in the way is removed: in a tree that
+// raced, the non-directory is the state the event describes.
+func (l *loader) renameOver(tmp, p string) error {
+	err := os.Rename(tmp, p)
+	if err != nil && l.fuzzy {
+		if err = os.RemoveAll(p); err == nil {
+			err = os.Rename(tmp, p)
+		}
+	}
+	return err
 }
 
 func (l *loader) remove(rel string) error {
@@ -236,7 +263,7 @@ func (l *loader) rename(e *journal.Event, adds []journal.File) (bool, error) {
 		// destination directory is the newer state.
 		return false, os.RemoveAll(oldAbs)
 	case oldErr == nil:
-		if err := l.mkdirs(path.Dir(e.NewPath)); err != nil && path.Dir(e.NewPath) != "." {
+		if err := l.mkparent(e.NewPath); err != nil {
 			return false, err
 		}
 		// rename(2) itself: it replaces an empty directory, which
@@ -271,7 +298,7 @@ func (l *loader) link(e *journal.Event, adds []journal.File) (bool, error) {
 	}
 	if err := l.parentOK(e.Path); err == nil {
 		if _, err := os.Lstat(oldAbs); err == nil {
-			if err := l.mkdirs(path.Dir(e.NewPath)); err != nil && path.Dir(e.NewPath) != "." {
+			if err := l.mkparent(e.NewPath); err != nil {
 				return false, err
 			}
 			err := os.Link(oldAbs, newAbs)
@@ -292,29 +319,8 @@ func (l *loader) symlink(rel, target string) error {
 	if t, err := os.Readlink(p); err == nil && t == target {
 		return nil
 	}
-	if dir := path.Dir(rel); dir != "." {
-		if err := l.mkdirs(dir); err != nil {
-			return err
-		}
-	}
-	tmp := filepath.Join(l.staging, "symlink")
-	os.Remove(tmp)
-	if err := os.Symlink(target, tmp); err != nil {
-		return err
-	}
-	err = os.Rename(tmp, p)
-	if err != nil && l.fuzzy {
-		// A directory where the symlink goes, in a tree that raced: the
-		// symlink is the state the event describes.
-		if err = os.RemoveAll(p); err == nil {
-			err = os.Rename(tmp, p)
-		}
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil // durable with the next state (writeState)
+	// Durable with the next state (writeState).
+	return l.place(rel, "symlink", func(tmp string) error { return os.Symlink(target, tmp) })
 }
 
 func isDir(p string) bool {
@@ -353,10 +359,8 @@ func (l *loader) put(f journal.File, j *staged) error {
 	if err != nil {
 		return err
 	}
-	if dir := path.Dir(f.Path); dir != "." {
-		if err := l.mkdirs(dir); err != nil {
-			return err
-		}
+	if err := l.mkparent(f.Path); err != nil {
+		return err
 	}
 	var tmp string
 	if j != nil {
@@ -378,18 +382,8 @@ func (l *loader) put(f journal.File, j *staged) error {
 		return err
 	}
 	defer os.Remove(tmp) // after a failed rename
-	if err := os.Rename(tmp, p); err != nil {
-		if !l.fuzzy {
-			return err
-		}
-		// A directory where the file goes, in a tree that raced: the file
-		// is the state the event describes.
-		if err := os.RemoveAll(p); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, p); err != nil {
-			return err
-		}
+	if err := l.renameOver(tmp, p); err != nil {
+		return err
 	}
 	l.res.Files++
 	l.res.Bytes += f.Size

@@ -134,76 +134,60 @@ var filterCases = []filterCase{
 	},
 }
 
-// TestFilterMoves loads a filtered chain event by event (a filtered
-// BOOTSTRAP at the base, then one filtered INCREMENTAL per event) and
-// checks after every event that the target is the source restricted to
-// the filter.
+// TestFilterMoves loads a filtered chain from a filtered BOOTSTRAP at the
+// base: event by event (one filtered INCREMENTAL per event, the target
+// checked after each) or as one filtered INCREMENTAL; either way the
+// target ends as the source restricted to the filter.
 func TestFilterMoves(t *testing.T) {
 	for _, tc := range filterCases {
-		t.Run(tc.name, func(t *testing.T) {
-			s := newSource(t)
-			tc.base(s)
-			base := uint64(len(s.ev.events))
-			cat, err := OpenCatalog(filepath.Join(t.TempDir(), CatalogFile))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cat.Close()
-			ctx := context.Background()
-			target := t.TempDir()
-			boot := filepath.Join(t.TempDir(), "boot")
-			if _, err := Dump(ctx, &s.ev, boot, DumpOptions{Source: "src", DB: tc.db, Table: tc.table, Tree: LocalTree{Root: s.root}, Catalog: cat}); err != nil {
-				t.Fatal(err)
-			}
-			mustLoad(t, boot, target, s.fetcher())
-			checkFiltered(t, s, target, tc.db, tc.table, base)
-			tc.moves(s)
-			for id := base + 1; id <= uint64(len(s.ev.events)); id++ {
-				out := filepath.Join(t.TempDir(), fmt.Sprint(id))
-				if _, err := Dump(ctx, &s.ev, out, DumpOptions{From: id, To: id, Source: "src", DB: tc.db, Table: tc.table, Catalog: cat}); err != nil {
-					t.Fatalf("dump event %d (%s %s): %v", id, s.ev.events[id-1].Type, s.ev.events[id-1].Path, err)
+		for _, mode := range []string{"each", "one-dump"} {
+			t.Run(tc.name+"/"+mode, func(t *testing.T) {
+				s := newSource(t)
+				tc.base(s)
+				base := uint64(len(s.ev.events))
+				cat := openCatalog(t)
+				target := bootFiltered(t, s, cat, tc.db, tc.table)
+				if mode == "each" {
+					checkFiltered(t, s, target, tc.db, tc.table, base)
 				}
-				if _, err := Load(ctx, out, target, s.fetcher(), LoadOptions{}); err != nil {
-					t.Fatalf("load event %d (%s %s): %v", id, s.ev.events[id-1].Type, s.ev.events[id-1].Path, err)
+				tc.moves(s)
+				last := uint64(len(s.ev.events))
+				ctx := context.Background()
+				if mode == "one-dump" {
+					out := filepath.Join(t.TempDir(), "inc")
+					if _, err := Dump(ctx, &s.ev, out, DumpOptions{From: base + 1, Source: "src", DB: tc.db, Table: tc.table, Catalog: cat}); err != nil {
+						t.Fatal(err)
+					}
+					mustLoad(t, out, target, s.fetcher())
+					checkFiltered(t, s, target, tc.db, tc.table, last)
+					return
 				}
-				checkFiltered(t, s, target, tc.db, tc.table, id)
-			}
-		})
+				for id := base + 1; id <= last; id++ {
+					out := filepath.Join(t.TempDir(), fmt.Sprint(id))
+					if _, err := Dump(ctx, &s.ev, out, DumpOptions{From: id, To: id, Source: "src", DB: tc.db, Table: tc.table, Catalog: cat}); err != nil {
+						t.Fatalf("dump event %d (%s %s): %v", id, s.ev.events[id-1].Type, s.ev.events[id-1].Path, err)
+					}
+					if _, err := Load(ctx, out, target, s.fetcher(), LoadOptions{}); err != nil {
+						t.Fatalf("load event %d (%s %s): %v", id, s.ev.events[id-1].Type, s.ev.events[id-1].Path, err)
+					}
+					checkFiltered(t, s, target, tc.db, tc.table, id)
+				}
+			})
+		}
 	}
 }
 
-// TestFilterMovesOneDump loads the same moves as one filtered INCREMENTAL
-// dump.
-func TestFilterMovesOneDump(t *testing.T) {
-	for _, tc := range filterCases {
-		t.Run(tc.name, func(t *testing.T) {
-			s := newSource(t)
-			tc.base(s)
-			base := uint64(len(s.ev.events))
-			cat, err := OpenCatalog(filepath.Join(t.TempDir(), CatalogFile))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cat.Close()
-			ctx := context.Background()
-			target := t.TempDir()
-			boot := filepath.Join(t.TempDir(), "boot")
-			if _, err := Dump(ctx, &s.ev, boot, DumpOptions{Source: "src", DB: tc.db, Table: tc.table, Tree: LocalTree{Root: s.root}, Catalog: cat}); err != nil {
-				t.Fatal(err)
-			}
-			mustLoad(t, boot, target, s.fetcher())
-			tc.moves(s)
-			last := uint64(len(s.ev.events))
-			out := filepath.Join(t.TempDir(), "inc")
-			if _, err := Dump(ctx, &s.ev, out, DumpOptions{From: base + 1, Source: "src", DB: tc.db, Table: tc.table, Catalog: cat}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := Load(ctx, out, target, s.fetcher(), LoadOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			checkFiltered(t, s, target, tc.db, tc.table, last)
-		})
+// bootFiltered loads a filtered BOOTSTRAP of s, dumped with cat (nil: none),
+// into a new target and returns the target.
+func bootFiltered(t testing.TB, s *source, cat *Catalog, db, table string) string {
+	t.Helper()
+	boot := filepath.Join(t.TempDir(), "boot")
+	if _, err := Dump(context.Background(), &s.ev, boot, DumpOptions{Source: "src", DB: db, Table: table, Tree: LocalTree{Root: s.root}, Catalog: cat}); err != nil {
+		t.Fatal(err)
 	}
+	target := t.TempDir()
+	mustLoad(t, boot, target, s.fetcher())
+	return target
 }
 
 func TestParseFilter(t *testing.T) {
@@ -272,12 +256,7 @@ func TestFilterWithoutCatalog(t *testing.T) {
 	filterCases[0].base(s)
 	base := uint64(len(s.ev.events))
 	ctx := context.Background()
-	target := t.TempDir()
-	boot := filepath.Join(t.TempDir(), "boot")
-	if _, err := Dump(ctx, &s.ev, boot, DumpOptions{Source: "src", DB: "a", Tree: LocalTree{Root: s.root}}); err != nil {
-		t.Fatal(err)
-	}
-	mustLoad(t, boot, target, s.fetcher())
+	target := bootFiltered(t, s, nil, "a", "")
 	s.rename("a.db/t/f1", "b.db/t/f1")
 	s.rename("b.db/t/f2", "a.db/t/f2")
 	s.rename("b.db/t/f4", "a.db/t/f3")
@@ -307,18 +286,13 @@ func TestFilterResume(t *testing.T) {
 	filterCases[0].base(s)
 	base := uint64(len(s.ev.events))
 	ctx := context.Background()
-	cat, err := OpenCatalog(filepath.Join(t.TempDir(), CatalogFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cat.Close()
+	cat := openCatalog(t)
 	if _, err := cat.Update(ctx, &s.ev, LocalTree{Root: s.root}); err != nil {
 		t.Fatal(err)
 	}
 	filterCases[0].moves(s)
 	ref := t.TempDir()
-	refCat, _ := OpenCatalog(filepath.Join(t.TempDir(), CatalogFile))
-	defer refCat.Close()
+	refCat := openCatalog(t)
 	// The reference: the same catalog state, one uninterrupted dump.
 	s2 := newSource(t)
 	filterCases[0].base(s2)
@@ -357,18 +331,9 @@ func TestFilterExchange(t *testing.T) {
 	s.write("a.db/t/d/in", "in")
 	s.write("b.db/t/d/sub/out", "out")
 	base := uint64(len(s.ev.events))
-	cat, err := OpenCatalog(filepath.Join(t.TempDir(), CatalogFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cat.Close()
+	cat := openCatalog(t)
+	target := bootFiltered(t, s, cat, "a", "")
 	ctx := context.Background()
-	target := t.TempDir()
-	boot := filepath.Join(t.TempDir(), "boot")
-	if _, err := Dump(ctx, &s.ev, boot, DumpOptions{Source: "src", DB: "a", Tree: LocalTree{Root: s.root}, Catalog: cat}); err != nil {
-		t.Fatal(err)
-	}
-	mustLoad(t, boot, target, s.fetcher())
 	exchange := func(a, b string, files []journal.File) {
 		if err := unix.Renameat2(unix.AT_FDCWD, s.abs(a), unix.AT_FDCWD, s.abs(b), unix.RENAME_EXCHANGE); err != nil {
 			t.Fatal(err)

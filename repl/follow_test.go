@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -165,16 +166,14 @@ func TestFollowerRunRetries(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
-	deadline := time.Now().Add(20 * time.Second)
 	following := func() bool {
 		st, _, _ := ReadFollowStatus(target)
 		return st.State == FollowFollowing && st.Failures == 0
 	}
-	for lastID(t, target) != last || !strings.Contains(strings.Join(logged(), "\n"), "succeeded after") || !following() {
-		if time.Now().After(deadline) {
-			t.Fatalf("target at %d after 20s (want %d); lines: %q", lastID(t, target), last, logged())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !wait.Until(20*time.Second, func() bool {
+		return lastID(t, target) == last && strings.Contains(strings.Join(logged(), "\n"), "succeeded after") && following()
+	}) {
+		t.Fatalf("target at %d after 20s (want %d); lines: %q", lastID(t, target), last, logged())
 	}
 	all := strings.Join(logged(), "\n")
 	if !strings.Contains(all, "source away; retrying in") || !strings.Contains(all, "failure 2 in a row") ||

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 )
@@ -426,10 +427,10 @@ func TestListenAndServe(t *testing.T) {
 	}
 	defer c.Close()
 	var st Status
-	deadline := time.Now().Add(10 * time.Second)
-	for st, err = c.Status(ctx); err != nil && time.Now().Before(deadline); st, err = c.Status(ctx) {
-		time.Sleep(20 * time.Millisecond) // the listener is not up yet
-	}
+	wait.Until(10*time.Second, func() bool { // until the listener is up
+		st, err = c.Status(ctx)
+		return err == nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/internal/cli/clitest"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -183,21 +184,26 @@ func serveInProcess(t *testing.T, args ...string) (string, *syncBuffer) {
 			t.Errorf("serve %v: exit %d, stderr %q", args, code, errb.String())
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if m := listeningRE.FindStringSubmatch(out.String()); m != nil {
-			return m[1], &errb
+	var m []string
+	exited, code := false, 0
+	if !wait.Until(10*time.Second, func() bool {
+		if m = listeningRE.FindStringSubmatch(out.String()); m != nil {
+			return true
 		}
 		select {
-		case code := <-done:
-			t.Fatalf("serve %v: exit %d before listening, stderr %q", args, code, errb.String())
+		case code = <-done:
+			exited = true
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve %v: no \"listening on\" within 10s; stderr %q", args, errb.String())
-		}
-		time.Sleep(5 * time.Millisecond)
+		return exited
+	}) {
+		t.Fatalf("serve %v: no \"listening on\" within 10s; stderr %q", args, errb.String())
 	}
+	if m == nil {
+		done <- code // for the cleanup
+		t.Fatalf("serve %v: exit %d before listening, stderr %q", args, code, errb.String())
+	}
+	return m[1], &errb
 }
 
 // mustRun runs a command that must succeed and returns its stdout.
@@ -315,11 +321,8 @@ func TestContainerCommands(t *testing.T) {
 	if out := mustRun(t, "container", "replicate", "--server", b, id, "--to", c, "--compression", "zstd"); !strings.Contains(out, "on "+c+": RECOVERING; pull, zstd") {
 		t.Errorf("replicate printed %q", out)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for l := list(c); len(l) != 1 || l[0].State != "CLOSED"; l = list(c) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the copy on c: %+v, want CLOSED within 10s", l)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var l []containerJSON
+	if !wait.Until(10*time.Second, func() bool { l = list(c); return len(l) == 1 && l[0].State == "CLOSED" }) {
+		t.Fatalf("the copy on c: %+v, want CLOSED within 10s", l)
 	}
 }

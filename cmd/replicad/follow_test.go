@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/internal/statedir"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 	"github.com/cmfs-project/cmfs/source"
@@ -96,22 +97,28 @@ func TestFollowRetriesFailedLoad(t *testing.T) {
 		}
 		return st
 	}
-	wait := func(what string, cond func() bool) {
+	await := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !cond() {
+		var ended error
+		exited := false
+		if !wait.Until(20*time.Second, func() bool {
+			if cond() {
+				return true
+			}
 			select {
-			case err := <-done:
-				t.Fatalf("follow ended (%v) while waiting for %s; stderr:\n%s", err, what, stderr.String())
+			case ended = <-done:
+				exited = true
 			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; stderr:\n%s", what, stderr.String())
-			}
-			time.Sleep(10 * time.Millisecond)
+			return exited
+		}) {
+			t.Fatalf("timed out waiting for %s; stderr:\n%s", what, stderr.String())
+		}
+		if exited {
+			t.Fatalf("follow ended (%v) while waiting for %s; stderr:\n%s", ended, what, stderr.String())
 		}
 	}
-	wait("two failed rounds", func() bool {
+	await("two failed rounds", func() bool {
 		_, ok, _ := repl.ReadFollowStatus(target)
 		return ok && status().Failures >= 2
 	})
@@ -131,7 +138,7 @@ func TestFollowRetriesFailedLoad(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(backing, f.Path), content, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	wait("the event loaded", func() bool {
+	await("the event loaded", func() bool {
 		s, _, _ := repl.ReadState(target)
 		return s.LastReplID == 1 && status().State == repl.FollowFollowing
 	})
