@@ -61,7 +61,7 @@ func (c *container) setDesc(d Descriptor) { c.desc.Store(&d) }
 // create makes a new OPEN container with id on v: built in tmp/container-new
 // and renamed into place, so a crash leaves either nothing or a container
 // with a valid descriptor and an empty index.
-func create(v *volume, id uint64, opts *Options, sync bool) (c *container, err error) {
+func create(v *volume, id uint64, replication string, opts *Options, sync bool) (c *container, err error) {
 	tmp, err := os.MkdirTemp(v.path(newDir), fmt.Sprintf("%d-", id))
 	if err != nil {
 		return nil, err
@@ -88,7 +88,7 @@ func create(v *volume, id uint64, opts *Options, sync bool) (c *container, err e
 		ID:            id,
 		State:         Open,
 		ChecksumType:  ChecksumType,
-		Replication:   opts.Replication,
+		Replication:   replication,
 		MaxSize:       opts.ContainerSize,
 		Created:       time.Now().UTC().Truncate(time.Second),
 	}

@@ -5,8 +5,10 @@
 //
 // Contract:
 //
-//   - Put appends a block to the one open container (created on demand on
-//     the volume with the most free space); the same bytes twice in one
+//   - Put appends a block to the open container of its replication config
+//     (PutReplication; each config has its own, created on demand on the
+//     volume with the most free space, so blocks put with replica:2 never
+//     land in a replica:3 container); the same bytes twice in one
 //     container are stored once. A container closes at
 //     Options.ContainerSize, after Options.IdleClose, on CloseContainer or
 //     on Store.Close. Put does not fsync: a block survives a killed

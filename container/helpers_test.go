@@ -207,9 +207,9 @@ func (s *Store) crash() {
 	if s.idle != nil {
 		s.idle.Stop()
 	}
-	if s.open != nil {
-		s.open.closeFiles()
-		s.open = nil
+	for r, c := range s.open {
+		c.closeFiles()
+		delete(s.open, r)
 	}
 	s.putMu.Unlock()
 	s.cancel()

@@ -616,7 +616,7 @@ func putTiny(t *testing.T, s *Store, n int) uint64 {
 	id, _ := mustPut(t, s, []byte("first"))
 	s.putMu.Lock()
 	defer s.putMu.Unlock()
-	c := s.open
+	c := s.open[DefaultReplication]
 	var data []byte
 	var recs []record
 	for i := range n {

@@ -1,6 +1,7 @@
 package container
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,12 +70,17 @@ type Store struct {
 	wg      sync.WaitGroup
 	scanSem chan struct{}
 
-	// putMu serialises Put and everything that touches the open container.
-	// Lock order: putMu, container.rw, container.mu, mu.
-	putMu  sync.Mutex
-	open   *container
+	// putMu serialises Put and everything that touches the open
+	// containers. Lock order: putMu, container.rw, container.mu, mu.
+	putMu sync.Mutex
+	// open is the open container of each replication config: blocks put
+	// with one config never land in a container of another.
+	open   map[string]*container
 	putBuf []byte
-	idle   *time.Timer
+	// idle fires when the open container idle longest reaches IdleClose;
+	// idleArmed says it is pending.
+	idle      *time.Timer
+	idleArmed bool
 
 	mu         sync.Mutex
 	closed     bool
@@ -132,6 +138,7 @@ func OpenStore(volumes []string, opts Options) (*Store, error) {
 		opts:       opts,
 		sync:       !opts.NoSync,
 		scanSem:    make(chan struct{}, opts.Scanners),
+		open:       make(map[string]*container),
 		containers: make(map[uint64]*container),
 		importing:  make(map[uint64]bool),
 		scans:      make(map[uint64]*scanJob),
@@ -244,12 +251,12 @@ func (s *Store) Close() error {
 		s.idle.Stop()
 	}
 	var err error
-	if c := s.open; c != nil {
-		if _, ferr := c.finish(s.sync); ferr != nil {
+	for _, c := range s.sortedOpen() {
+		if _, ferr := c.finish(s.sync); ferr != nil && err == nil {
 			err = fmt.Errorf("close container %d: %w", c.id, ferr)
 		}
 		c.closeFiles()
-		s.open = nil
+		delete(s.open, c.desc.Load().Replication)
 	}
 	s.putMu.Unlock()
 
@@ -266,8 +273,16 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Put stores r's bytes as one block in the open container, creating one
-// (on the volume with the most free space) if there is none. If that
+// Put stores r's bytes as one block in the open container of the
+// Store's replication config (Options.Replication); see PutReplication.
+func (s *Store) Put(r io.Reader) (uint64, BlockID, error) {
+	return s.PutReplication(r, "")
+}
+
+// PutReplication stores r's bytes as one block in the open container of
+// replication ("" means Options.Replication), creating one (on the volume
+// with the most free space) if there is none: each replication config has
+// its own open container, which carries it in its descriptor. If that
 // container already holds the same bytes they are stored once. When the
 // container's data reaches Options.ContainerSize it is closed before Put
 // returns, and the next Put opens a new one; a container so exceeds the
@@ -278,20 +293,26 @@ func (s *Store) Close() error {
 // is closed (CloseContainer, the size limit, IdleClose or Store.Close):
 // Put does not fsync. A container left OPEN by a crash is recovered by the
 // next OpenStore (cut back to its index, scanned, then CLOSED or
-// UNHEALTHY).
-func (s *Store) Put(r io.Reader) (uint64, BlockID, error) {
+// UNHEALTHY). Errors: ValidateReplication's, ErrClosed, the volume's.
+func (s *Store) PutReplication(r io.Reader, replication string) (uint64, BlockID, error) {
+	if replication == "" {
+		replication = s.opts.Replication
+	}
+	if err := ValidateReplication(replication); err != nil {
+		return 0, BlockID{}, fmt.Errorf("put: %w", err)
+	}
 	s.putMu.Lock()
 	defer s.putMu.Unlock()
 	if s.isClosed() {
 		return 0, BlockID{}, fmt.Errorf("put: %w", ErrClosed)
 	}
-	c := s.open
+	c := s.open[replication]
 	if c == nil {
 		var err error
-		if c, err = s.create(); err != nil {
+		if c, err = s.create(replication); err != nil {
 			return 0, BlockID{}, fmt.Errorf("put: new container: %w", err)
 		}
-		s.open = c
+		s.open[replication] = c
 	}
 	if s.putBuf == nil {
 		s.putBuf = make([]byte, copyBufSize)
@@ -309,22 +330,40 @@ func (s *Store) Put(r io.Reader) (uint64, BlockID, error) {
 		s.mu.Unlock()
 	}
 	if c.desc.Load().Bytes >= s.opts.ContainerSize {
-		if err := s.finishOpen(); err != nil {
+		if err := s.finishOpen(c); err != nil {
 			return c.id, b, fmt.Errorf("put: close full container %d: %w", c.id, err)
 		}
-	} else if s.opts.IdleClose > 0 {
-		if s.idle == nil {
-			s.idle = time.AfterFunc(s.opts.IdleClose, s.idleClose)
-		} else {
-			s.idle.Reset(s.opts.IdleClose)
-		}
+	} else if s.opts.IdleClose > 0 && !s.idleArmed {
+		s.armIdle(s.opts.IdleClose)
 	}
 	return c.id, b, nil
 }
 
-// create makes a new open container on the volume with the most free
-// space. Put reserves nothing: a full volume fails the Put with ENOSPC.
-func (s *Store) create() (*container, error) {
+// armIdle makes the idle timer fire after d. putMu is held.
+func (s *Store) armIdle(d time.Duration) {
+	if s.idle == nil {
+		s.idle = time.AfterFunc(d, s.idleClose)
+	} else {
+		s.idle.Reset(d)
+	}
+	s.idleArmed = true
+}
+
+// sortedOpen returns the open containers by id, so closing them all goes
+// in one order. putMu is held.
+func (s *Store) sortedOpen() []*container {
+	out := make([]*container, 0, len(s.open))
+	for _, c := range s.open {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b *container) int { return cmp.Compare(a.id, b.id) })
+	return out
+}
+
+// create makes a new open container of replication on the volume with
+// the most free space. Put reserves nothing: a full volume fails the Put
+// with ENOSPC.
+func (s *Store) create(replication string) (*container, error) {
 	s.mu.Lock()
 	v, _, err := s.choose(0)
 	var id uint64
@@ -341,7 +380,7 @@ func (s *Store) create() (*container, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := create(v, id, &s.opts, s.sync)
+	c, err := create(v, id, replication, &s.opts, s.sync)
 	if err != nil {
 		return nil, err
 	}
@@ -355,10 +394,9 @@ func (s *Store) create() (*container, error) {
 	return c, nil
 }
 
-// finishOpen closes the open container. putMu is held.
-func (s *Store) finishOpen() error {
-	c := s.open
-	s.open = nil
+// finishOpen closes c, an open container. putMu is held.
+func (s *Store) finishOpen(c *container) error {
+	delete(s.open, c.desc.Load().Replication)
 	_, err := c.finish(s.sync)
 	c.closeFiles()
 	s.resize(c) // the index and checksum file grew too
@@ -407,8 +445,8 @@ func (s *Store) resize(c *container) {
 	s.mu.Unlock()
 }
 
-// idleClose is IdleClose's timer: it closes the open container if no Put
-// came since the timer was armed.
+// idleClose is IdleClose's timer: it closes every open container no Put
+// came to for IdleClose, and arms itself again for the next one due.
 func (s *Store) idleClose() {
 	s.mu.Lock()
 	if s.closed {
@@ -420,16 +458,26 @@ func (s *Store) idleClose() {
 	defer s.wg.Done()
 	s.putMu.Lock()
 	defer s.putMu.Unlock()
-	c := s.open
-	if c == nil || time.Since(c.lastPut) < s.opts.IdleClose {
-		return
+	s.idleArmed = false
+	var next time.Duration
+	for _, c := range s.sortedOpen() {
+		if left := s.opts.IdleClose - time.Since(c.lastPut); left > 0 {
+			if next == 0 || left < next {
+				next = left
+			}
+			continue
+		}
+		if err := s.finishOpen(c); err != nil {
+			// Nobody to return it to: the container stays CLOSING, which
+			// List shows; CloseContainer, Verify or the next OpenStore
+			// finish it.
+			d := *c.desc.Load()
+			d.Reason = fmt.Sprintf("idle close: %v", err)
+			c.setDesc(d)
+		}
 	}
-	if err := s.finishOpen(); err != nil {
-		// Nobody to return it to: the container stays CLOSING, which List
-		// shows; CloseContainer, Verify or the next OpenStore finish it.
-		d := *c.desc.Load()
-		d.Reason = fmt.Sprintf("idle close: %v", err)
-		c.setDesc(d)
+	if next > 0 && !s.isClosed() {
+		s.armIdle(next)
 	}
 }
 
@@ -453,8 +501,8 @@ func (s *Store) CloseContainer(id uint64) (Descriptor, error) {
 	switch {
 	case d.State == Closed:
 		return d, nil
-	case d.State == Open && c == s.open:
-		err = s.finishOpen()
+	case d.State == Open && c == s.open[d.Replication]:
+		err = s.finishOpen(c)
 	case d.State == Closing && c.closeInterrupted():
 		err = s.finishInterrupted(c)
 	default:
@@ -601,9 +649,9 @@ func (s *Store) delete(id uint64) error {
 	if c.state() == Open {
 		s.putMu.Lock()
 		defer s.putMu.Unlock()
-		if s.open == c {
+		if r := c.desc.Load().Replication; s.open[r] == c {
 			c.closeFiles()
-			s.open = nil
+			delete(s.open, r)
 		}
 	}
 	s.mu.Lock()

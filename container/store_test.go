@@ -180,6 +180,46 @@ func TestIdleClose(t *testing.T) {
 	})
 }
 
+// TestPutReplication: each replication config fills its own open
+// container, which carries it; idle close closes each of them.
+func TestPutReplication(t *testing.T) {
+	s := newTestStore(t, Options{IdleClose: 50 * time.Millisecond})
+	put := func(data []byte, replication string) uint64 {
+		t.Helper()
+		id, b, err := s.PutReplication(bytes.NewReader(data), replication)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b != BlockIDOf(data) {
+			t.Fatalf("PutReplication = %v, want %v", b, BlockIDOf(data))
+		}
+		return id
+	}
+	three := put([]byte("a"), "")
+	two := put([]byte("b"), "replica:2")
+	if two == three {
+		t.Fatalf("replica:2 block in the replica:3 container %d", three)
+	}
+	if got := put([]byte("c"), "replica:2"); got != two {
+		t.Errorf("second replica:2 block in container %d, want %d", got, two)
+	}
+	if got := put([]byte("d"), DefaultReplication); got != three {
+		t.Errorf("second %s block in container %d, want %d", DefaultReplication, got, three)
+	}
+	for id, want := range map[uint64]string{three: DefaultReplication, two: "replica:2"} {
+		wait.For(t, 10*time.Second, "idle close", func() bool {
+			d, _ := s.Descriptor(id)
+			return d.State == Closed
+		})
+		if d, _ := s.Descriptor(id); d.Replication != want || d.Blocks != 2 {
+			t.Errorf("container %d: replication %q, %d blocks; want %q, 2", id, d.Replication, d.Blocks, want)
+		}
+	}
+	if _, _, err := s.PutReplication(bytes.NewReader([]byte("e")), "replica:x"); err == nil || !strings.Contains(err.Error(), "replica:N") {
+		t.Errorf("PutReplication(replica:x) = %v, want a refusal naming replica:N", err)
+	}
+}
+
 func TestConcurrentPuts(t *testing.T) {
 	s := newTestStore(t, Options{ContainerSize: 256 << 10})
 	var wg sync.WaitGroup

@@ -22,7 +22,7 @@ import (
 // Store is what a Feed needs of the node's containers; *container.Store
 // is the one implementation.
 type Store interface {
-	Put(r io.Reader) (uint64, container.BlockID, error)
+	PutReplication(r io.Reader, replication string) (uint64, container.BlockID, error)
 	CloseContainer(id uint64) (container.Descriptor, error)
 	Descriptor(id uint64) (container.Descriptor, error)
 	OpenBlock(b container.BlockID) (io.ReadCloser, int64, error)
@@ -53,6 +53,9 @@ type Config struct {
 	Fetcher repl.Fetcher
 	// Cursor is the file that records the progress; created if missing.
 	Cursor string
+	// Replication is the replication config of the containers the Feed
+	// fills; "" means the store's default.
+	Replication string
 	// Idle closes the container the Feed last put into once no Put has
 	// come for this long; 0 never does.
 	Idle time.Duration
@@ -300,7 +303,7 @@ func (f *Feed) putFrom(ctx context.Context, file journal.File) (uint64, containe
 		return 0, container.BlockID{}, err
 	}
 	defer rc.Close()
-	return f.cfg.Store.Put(rc)
+	return f.cfg.Store.PutReplication(rc, f.cfg.Replication)
 }
 
 // checkOpen follows the container last put into: closed (by its size, by

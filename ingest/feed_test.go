@@ -415,7 +415,7 @@ func TestDamagedCursor(t *testing.T) {
 // failingStore fails every Put, as a full volume does.
 type failingStore struct{ *container.Store }
 
-func (failingStore) Put(io.Reader) (uint64, container.BlockID, error) {
+func (failingStore) PutReplication(io.Reader, string) (uint64, container.BlockID, error) {
 	return 0, container.BlockID{}, errors.New("no space left on device")
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/cmfs-project/cmfs/internal/wait"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -142,6 +143,12 @@ func rackOf(node string) string {
 // those nodes holds it CLOSED.
 func (c *testCluster) waitHealthy(t *testing.T, id string, not ...string) []string {
 	t.Helper()
+	return c.waitCopies(t, id, 3, not...)
+}
+
+// waitCopies is waitHealthy for a container of replica:copies.
+func (c *testCluster) waitCopies(t *testing.T, id string, copies int, not ...string) []string {
+	t.Helper()
 	var last clusterContainer
 	var nodes []string
 	ok := wait.Until(60*time.Second, func() bool {
@@ -154,10 +161,10 @@ func (c *testCluster) waitHealthy(t *testing.T, id string, not ...string) []stri
 				others++
 			}
 		}
-		return last.Class == "HEALTHY" && len(nodes) == 3 && others == 3 && len(racks) == 3
+		return last.Class == "HEALTHY" && len(nodes) == copies && others == copies && len(racks) == copies
 	})
 	if !ok {
-		t.Fatalf("container %s not HEALTHY on 3 racks (avoiding %v) within 60s: %+v", id, not, last)
+		t.Fatalf("container %s not HEALTHY on %d racks (avoiding %v) within 60s: %+v", id, copies, not, last)
 	}
 	for _, n := range nodes {
 		if ci, found := c.nodes[n].find(t, id); !found || ci.State != "CLOSED" {
@@ -172,37 +179,45 @@ func (c *testCluster) waitHealthy(t *testing.T, id string, not ...string) []stri
 // racks, in push mode and in pull mode (--push=false: the targets
 // download).
 func TestClusterReplicaThree(t *testing.T) {
+	inModes(t, func(t *testing.T, c *testCluster) {
+		dir := t.TempDir()
+		src := c.nodes["dn3"]
+		id := src.fill(t, randomFile(t, dir, "a", 300<<10), randomFile(t, dir, "b", 1<<20))
+		nodes := c.waitHealthy(t, id)
+		for _, n := range nodes {
+			c.nodes[n].checkBlocks(t, filepath.Join(dir, "a"), filepath.Join(dir, "b"))
+		}
+		var st struct {
+			Leader  string           `json:"leader"`
+			Classes map[string]int64 `json:"classes"`
+		}
+		c.admin(t, &st, "status")
+		if st.Leader != c.coord.Addr || st.Classes["HEALTHY"] != 1 {
+			t.Errorf("status: %+v, want leader %s and 1 HEALTHY", st, c.coord.Addr)
+		}
+	})
+}
+
+// inModes runs f on a cluster in push mode and on one in pull mode
+// (--push=false: targets download what the coordinator asks them to copy).
+func inModes(t *testing.T, f func(t *testing.T, c *testCluster)) {
 	for _, mode := range []string{"push", "pull"} {
 		t.Run(mode, func(t *testing.T) {
 			var extra []string
 			if mode == "pull" {
 				extra = []string{"--push=false"}
 			}
-			c := startCluster(t, extra...)
-			dir := t.TempDir()
-			src := c.nodes["dn3"]
-			id := src.fill(t, randomFile(t, dir, "a", 300<<10), randomFile(t, dir, "b", 1<<20))
-			nodes := c.waitHealthy(t, id)
-			for _, n := range nodes {
-				c.nodes[n].checkBlocks(t, filepath.Join(dir, "a"), filepath.Join(dir, "b"))
-			}
-			var st struct {
-				Leader  string           `json:"leader"`
-				Classes map[string]int64 `json:"classes"`
-			}
-			c.admin(t, &st, "status")
-			if st.Leader != c.coord.Addr || st.Classes["HEALTHY"] != 1 {
-				t.Errorf("status: %+v, want leader %s and 1 HEALTHY", st, c.coord.Addr)
-			}
+			f(t, startCluster(t, extra...))
 		})
 	}
 }
 
 // TestClusterDeadNodeHealed: a node holding a copy is killed (-9); once
 // DEAD its copy is made again elsewhere; started again, it reports its
-// old copy and the coordinator deletes one extra.
-func TestClusterDeadNodeHealed(t *testing.T) {
-	c := startCluster(t)
+// old copy and the coordinator deletes one extra. In push and pull mode.
+func TestClusterDeadNodeHealed(t *testing.T) { inModes(t, testDeadNodeHealed) }
+
+func testDeadNodeHealed(t *testing.T, c *testCluster) {
 	dir := t.TempDir()
 	id := c.nodes["dn3"].fill(t, randomFile(t, dir, "a", 500<<10))
 	nodes := c.waitHealthy(t, id)
@@ -236,16 +251,19 @@ func TestClusterDeadNodeHealed(t *testing.T) {
 	}
 }
 
-// TestClusterDecommission: a node holding several containers is
+// TestClusterDecommission: a node holding 20 containers is
 // decommissioned; each gets its three copies on other nodes, and the
-// node ends DECOMMISSIONED.
-func TestClusterDecommission(t *testing.T) {
-	c := startCluster(t)
+// node ends DECOMMISSIONED. At every look during the drain every
+// container has at least three CLOSED copies on healthy nodes in service
+// or decommissioning. In push and pull mode.
+func TestClusterDecommission(t *testing.T) { inModes(t, testDecommission) }
+
+func testDecommission(t *testing.T, c *testCluster) {
 	dir := t.TempDir()
 	src := c.nodes["dn4"]
 	var ids []string
-	for i := range 5 {
-		ids = append(ids, src.fill(t, randomFile(t, dir, fmt.Sprintf("f%d", i), 200<<10)))
+	for i := range 20 {
+		ids = append(ids, src.fill(t, randomFile(t, dir, fmt.Sprintf("f%d", i), 32<<10)))
 	}
 	for _, id := range ids {
 		c.waitHealthy(t, id)
@@ -254,9 +272,15 @@ func TestClusterDecommission(t *testing.T) {
 	if res.Code != 0 || !strings.Contains(res.Stdout, "DECOMMISSIONING") {
 		t.Fatalf("admin decommission dn4: %v", res)
 	}
+	samples := 0
 	wait.For(t, 60*time.Second, "dn4 DECOMMISSIONED", func() bool {
-		return c.adminNodes(t)["dn4"].OpState == "DECOMMISSIONED"
+		nodes := c.adminNodes(t)
+		c.checkCopies(t, nodes, ids, 3)
+		samples++
+		return nodes["dn4"].OpState == "DECOMMISSIONED"
 	})
+	c.checkCopies(t, c.adminNodes(t), ids, 3)
+	t.Logf("%d looks during the drain", samples)
 	for _, id := range ids {
 		c.waitHealthy(t, id, "dn4")
 	}
@@ -264,6 +288,108 @@ func TestClusterDecommission(t *testing.T) {
 	res = replicad(t, "admin", "decommission", "--server", c.coord.Addr, "dn9")
 	if res.Code == 0 || strings.Count(strings.TrimSpace(res.Stderr), "\n") != 0 || !strings.Contains(res.Stderr, "dn9") {
 		t.Errorf("admin decommission dn9: %v, want one line naming dn9", res)
+	}
+}
+
+// checkCopies fails t unless each of ids has at least min CLOSED
+// replicas on nodes that are HEALTHY and IN_SERVICE or DECOMMISSIONING
+// (nodes: what the coordinator said just before).
+func (c *testCluster) checkCopies(t *testing.T, nodes map[string]clusterNode, ids []string, min int) {
+	t.Helper()
+	cts := c.containers(t)
+	for _, id := range ids {
+		good := 0
+		for _, r := range cts[id].Replicas {
+			n := nodes[r.Node]
+			if r.State == "CLOSED" && n.Health == "HEALTHY" && (n.OpState == "IN_SERVICE" || n.OpState == "DECOMMISSIONING") {
+				good++
+			}
+		}
+		if good < min {
+			t.Errorf("container %s: %d good copies, want at least %d: %+v (nodes %+v)", id, good, min, cts[id], nodes)
+		}
+	}
+}
+
+// TestClusterCorruptReplicaReplaced: a byte flipped in one node's chunk
+// file of a CLOSED replica is found by that node's verify; its heartbeat
+// reports it UNHEALTHY, and the coordinator copies a good replica to
+// another node and deletes the bad one.
+func TestClusterCorruptReplicaReplaced(t *testing.T) {
+	c := startCluster(t)
+	dir := t.TempDir()
+	file := randomFile(t, dir, "a", 200<<10)
+	id := c.nodes["dn2"].fill(t, file)
+	nodes := c.waitHealthy(t, id)
+	var victim *replNode
+	for _, n := range nodes {
+		if n != "dn1" && n != "dn2" { // neither the coordinator nor the first copy
+			victim = c.nodes[n]
+			break
+		}
+	}
+	chunk := filepath.Join(victim.Volume(), id, "chunks", "0.data")
+	b, err := os.ReadFile(chunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(chunk, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	victim.run(t, "verify", id)
+	if ci, _ := victim.find(t, id); ci.State != "UNHEALTHY" {
+		t.Fatalf("after verify %s lists %s as %+v, want UNHEALTHY", victim.name, id, ci)
+	}
+	var sawBad bool
+	wait.For(t, 20*time.Second, "the coordinator to act on the bad replica", func() bool {
+		for _, r := range c.containers(t)[id].Replicas {
+			if r.Node == victim.name {
+				sawBad = sawBad || r.State == "UNHEALTHY"
+				return false
+			}
+		}
+		return true // deleted: the coordinator had its report
+	})
+	if !sawBad {
+		t.Logf("the UNHEALTHY report went by between two looks")
+	}
+	nodes = c.waitHealthy(t, id)
+	if slices.Contains(nodes, victim.name) {
+		t.Errorf("copies on %v: %s holds the container again", nodes, victim.name)
+	}
+	if ci, ok := victim.find(t, id); ok {
+		t.Errorf("%s still holds %s: %+v", victim.name, id, ci)
+	}
+	for _, n := range nodes {
+		c.nodes[n].checkBlocks(t, file)
+	}
+}
+
+// TestClusterPutReplication: files put with --replication replica:2 go
+// into a container of their own, which the cluster keeps two copies of,
+// on two racks; the files put beside them without it get three.
+func TestClusterPutReplication(t *testing.T) {
+	c := startCluster(t)
+	dir := t.TempDir()
+	n := c.nodes["dn3"]
+	two := n.fillReplication(t, "replica:2", randomFile(t, dir, "a", 100<<10))
+	three := n.fill(t, randomFile(t, dir, "b", 100<<10))
+	if two == three {
+		t.Fatalf("replica:2 and replica:3 files in one container %s", two)
+	}
+	if ci, _ := n.find(t, two); ci.Replication != "replica:2" {
+		t.Errorf("container %s: %+v, want replication replica:2", two, ci)
+	}
+	for _, node := range c.waitCopies(t, two, 2) {
+		if ci, _ := c.nodes[node].find(t, two); ci.Replication != "replica:2" {
+			t.Errorf("copy of %s on %s: %+v, want replication replica:2", two, node, ci)
+		}
+	}
+	c.waitHealthy(t, three)
+	res := n.run(t, "put", "--replication", "replica:0", filepath.Join(dir, "a"))
+	if res.Code == 0 || strings.Count(strings.TrimSpace(res.Stderr), "\n") != 0 || !strings.Contains(res.Stderr, "replica:N") {
+		t.Errorf("put --replication replica:0: %v, want one line naming replica:N", res)
 	}
 }
 

@@ -181,6 +181,7 @@ type containerInfo struct {
 	Blocks             int64  `json:"blocks"`
 	DescriptorChecksum string `json:"descriptor_checksum"`
 	ContainerChecksum  string `json:"container_checksum"`
+	Replication        string `json:"replication"`
 }
 
 // list returns the node's containers.
@@ -235,7 +236,18 @@ type putFile struct {
 // its id. The files must all go into one container.
 func (n *replNode) fill(t testing.TB, files ...string) string {
 	t.Helper()
-	res := n.must(t, "put", append([]string{"--json"}, files...)...)
+	return n.fillReplication(t, "", files...)
+}
+
+// fillReplication is fill into the open container of replication ("":
+// the node's default).
+func (n *replNode) fillReplication(t testing.TB, replication string, files ...string) string {
+	t.Helper()
+	args := []string{"--json"}
+	if replication != "" {
+		args = append(args, "--replication", replication)
+	}
+	res := n.must(t, "put", append(args, files...)...)
 	var out struct {
 		Files []putFile `json:"files"`
 	}

@@ -90,12 +90,20 @@ func (c *Client) Close() error { return c.conn.Close() }
 func (c *Client) Conn() grpc.ClientConnInterface { return c.conn }
 
 // Put writes what r yields as one block into the node's open container
-// and returns the container's id and the block's id. name goes to the
-// node with the data; the errors do not repeat it (the caller, which
-// chose it, says which file failed).
-//
-// Errors: the store's (container.ErrNoSpace, ...), ErrUnavailable, r's.
+// of its default replication config; see PutReplication.
 func (c *Client) Put(ctx context.Context, name string, r io.Reader) (uint64, container.BlockID, error) {
+	return c.PutReplication(ctx, name, "", r)
+}
+
+// PutReplication writes what r yields as one block into the node's open
+// container of replication ("" means the node's default) and returns the
+// container's id and the block's id. name goes to the node with the data;
+// the errors do not repeat it (the caller, which chose it, says which
+// file failed).
+//
+// Errors: ErrInvalid for a bad replication config, the store's
+// (container.ErrNoSpace, ...), ErrUnavailable, r's.
+func (c *Client) PutReplication(ctx context.Context, name, replication string, r io.Reader) (uint64, container.BlockID, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.rpc.Put(ctx)
@@ -108,7 +116,7 @@ func (c *Client) Put(ctx context.Context, name string, r io.Reader) (uint64, con
 		if n > 0 || first {
 			m := &containerpb.PutRequest{Data: buf[:n]}
 			if first {
-				m.Name = name
+				m.Name, m.Replication = name, replication
 			}
 			if err := stream.Send(m); err == io.EOF {
 				break // the server ended the call: its status follows

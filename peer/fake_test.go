@@ -89,7 +89,7 @@ func (f *fakeStore) check(t *testing.T) {
 	}
 }
 
-func (f *fakeStore) Put(r io.Reader) (uint64, container.BlockID, error) {
+func (f *fakeStore) PutReplication(r io.Reader, _ string) (uint64, container.BlockID, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return 0, container.BlockID{}, err

@@ -213,6 +213,11 @@ func (s *Server) Put(stream containerpb.Container_PutServer) error {
 	if err != nil {
 		return toStatus(g.fail(err))
 	}
+	if r := first.Replication; r != "" {
+		if err := container.ValidateReplication(r); err != nil {
+			return toStatus(fmt.Errorf("put: %w: %w", ErrInvalid, err))
+		}
+	}
 	type result struct {
 		id  uint64
 		b   container.BlockID
@@ -221,7 +226,7 @@ func (s *Server) Put(stream containerpb.Container_PutServer) error {
 	pr, pw := io.Pipe()
 	done := make(chan result, 1)
 	go func() {
-		id, b, err := s.store.Put(pr)
+		id, b, err := s.store.PutReplication(pr, first.Replication)
 		pr.CloseWithError(errEnded)
 		done <- result{id, b, err}
 	}()

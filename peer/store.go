@@ -11,7 +11,7 @@ import (
 // is the one implementation outside tests. See the container package for
 // what each call does and returns.
 type Store interface {
-	Put(r io.Reader) (uint64, container.BlockID, error)
+	PutReplication(r io.Reader, replication string) (uint64, container.BlockID, error)
 	CloseContainer(id uint64) (container.Descriptor, error)
 	List() []container.Descriptor
 	Descriptor(id uint64) (container.Descriptor, error)

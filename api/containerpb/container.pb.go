@@ -382,8 +382,12 @@ func (x *BlockID) GetSize() int64 {
 type PutRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name, in the first message only, names the file in messages.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// replication, in the first message only, is the replication config of
+	// the container the block goes into ("replica:N" or "ec:rs-D-P-CELLk";
+	// "" means the node's default): each config has its own open container.
+	Replication   string `protobuf:"bytes,3,opt,name=replication,proto3" json:"replication,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -430,6 +434,13 @@ func (x *PutRequest) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *PutRequest) GetReplication() string {
+	if x != nil {
+		return x.Replication
+	}
+	return ""
 }
 
 type PutResponse struct {
@@ -1238,11 +1249,12 @@ const file_container_proto_rawDesc = "" +
 	"\x11metadata_checksum\x18\x0f \x01(\tR\x10metadataChecksum\"/\n" +
 	"\aBlockID\x12\x10\n" +
 	"\x03sum\x18\x01 \x01(\x06R\x03sum\x12\x12\n" +
-	"\x04size\x18\x02 \x01(\x03R\x04size\"4\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\"V\n" +
 	"\n" +
 	"PutRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"b\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12 \n" +
+	"\vreplication\x18\x03 \x01(\tR\vreplication\"b\n" +
 	"\vPutResponse\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\x04R\vcontainerId\x120\n" +
 	"\x05block\x18\x02 \x01(\v2\x1a.cmfs.container.v1.BlockIDR\x05block\"1\n" +

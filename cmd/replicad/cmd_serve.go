@@ -48,6 +48,7 @@ type serveOptions struct {
 	metrics       string
 	ingest        bool
 	ingestIdle    time.Duration
+	ingestRepl    string
 	advertise     string
 	streamIdle    time.Duration
 	streamDead    time.Duration
@@ -167,6 +168,7 @@ closes the open container and exits 0.`,
 	f.StringVar(&opts.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (default: off)")
 	f.BoolVar(&opts.ingest, "ingest", false, "write the files the journal's events add or preserve into the open container")
 	f.DurationVar(&opts.ingestIdle, "ingest-idle", time.Minute, "with --ingest, close the open container after this long without a new file (0: never)")
+	f.StringVar(&opts.ingestRepl, "ingest-replication", container.DefaultReplication, "with --ingest, the replication (replica:N) of the containers ingest fills")
 	f.StringVar(&opts.advertise, "advertise", "", "`ADDR` (host:port) peers reach this node at, which a target downloads from in pull mode (default: the --listen address)")
 	f.DurationVar(&opts.streamIdle, "stream-idle-timeout", peer.DefaultStreamIdleTimeout, "cut a stream (push, put, download, get) whose peer sends or takes nothing for this long")
 	f.DurationVar(&opts.streamDead, "stream-deadline", peer.DefaultStreamDeadline, "cut a stream not done within this long, or its size at --stream-min-rate if that is longer")
@@ -185,7 +187,7 @@ closes the open container and exits 0.`,
 
 // nodeFlags are the flags that configure the container service.
 var nodeFlags = []string{"node-id", "rack", "container-size", "push", "tls-cert", "tls-key", "tls-ca", "tls-allow",
-	"replication-bandwidth", "replication-concurrency", "ingest", "ingest-idle",
+	"replication-bandwidth", "replication-concurrency", "ingest", "ingest-idle", "ingest-replication",
 	"advertise", "stream-idle-timeout", "stream-deadline", "stream-min-rate",
 	"coordinator", "join", "heartbeat", "stale-after", "dead-after", "rm-interval",
 	"maintenance-remaining-redundancy", "cluster-store", "command-timeout"}
@@ -215,6 +217,10 @@ func runServe(ctx context.Context, g *globalOptions, opts serveOptions, _ []stri
 		return errors.New("--ingest needs --state DIR: the warehouse whose journal to ingest")
 	case changed("ingest-idle") && !opts.ingest:
 		return errors.New("--ingest-idle needs --ingest")
+	case changed("ingest-replication") && !opts.ingest:
+		return errors.New("--ingest-replication needs --ingest")
+	case container.ValidateReplication(opts.ingestRepl) != nil:
+		return fmt.Errorf("--ingest-%w", container.ValidateReplication(opts.ingestRepl))
 	case opts.containerSize <= 0:
 		return fmt.Errorf("--container-size %d must be positive", opts.containerSize)
 	case opts.concurrency <= 0:
@@ -425,12 +431,13 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 	var feed *ingest.Feed
 	if opts.ingest {
 		feed, err = ingest.New(ingest.Config{
-			Store:   store,
-			Events:  src.Journal(),
-			Fetcher: &repl.LocalFetcher{Root: m.backing, CMRoot: m.cmroot, Events: src.Journal()},
-			Cursor:  filepath.Join(m.state, statedir.IngestCursorFile),
-			Idle:    opts.ingestIdle,
-			Logf:    func(format string, args ...any) { fmt.Fprintf(g.stderr, "replicad: "+format+"\n", args...) },
+			Store:       store,
+			Events:      src.Journal(),
+			Fetcher:     &repl.LocalFetcher{Root: m.backing, CMRoot: m.cmroot, Events: src.Journal()},
+			Cursor:      filepath.Join(m.state, statedir.IngestCursorFile),
+			Idle:        opts.ingestIdle,
+			Replication: opts.ingestRepl,
+			Logf:        func(format string, args ...any) { fmt.Fprintf(g.stderr, "replicad: "+format+"\n", args...) },
 		})
 		if err != nil {
 			return err

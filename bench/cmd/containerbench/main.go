@@ -18,6 +18,10 @@
 //     against --compression none.
 //   - RSS: the peak resident set of the source and the target serve
 //     processes while a large container is pushed (target ≤ 100 MiB each).
+//   - drain: `replicad admin decommission` of a node holding replica:1
+//     containers (2 GiB by default, --drain-size; the issue names 10 GiB)
+//     in a cluster of it, a coordinator and five more peers, until it is
+//     DECOMMISSIONED, against one `replicate` of the same bytes.
 //
 // Caches are dropped before every timed run (root), the runs of a row and
 // of its baselines are interleaved, and the table shows medians. It needs
@@ -44,18 +48,21 @@ import (
 
 // config sizes the workloads.
 type config struct {
-	pushSize     int64    // push: bytes of the container's data
-	pushFiles    int      // push: files they are put as
-	compSize     int64    // compression: bytes of JSON lines
-	compFiles    int      // compression: files they are put as
-	bandwidth    int64    // compression: the source's limit, bytes/s
-	compressions []string // compression: the ones compared with none
-	rssSize      int64    // RSS: bytes of the container pushed
-	rssFiles     int      // RSS: files they are put as
-	rssLimit     int64    // RSS: the target, bytes
-	reps         int      // timed runs of each workload and baseline
-	cold         bool     // sync and drop_caches before every run
-	only         map[string]bool
+	pushSize        int64    // push: bytes of the container's data
+	pushFiles       int      // push: files they are put as
+	compSize        int64    // compression: bytes of JSON lines
+	compFiles       int      // compression: files they are put as
+	bandwidth       int64    // compression: the source's limit, bytes/s
+	compressions    []string // compression: the ones compared with none
+	rssSize         int64    // RSS: bytes of the container pushed
+	rssFiles        int      // RSS: files they are put as
+	rssLimit        int64    // RSS: the target, bytes
+	drainSize       int64    // drain: bytes the decommissioning node holds
+	drainFiles      int      // drain: files they are put as
+	drainContainers int      // drain: containers they are put into
+	reps            int      // timed runs of each workload and baseline
+	cold            bool     // sync and drop_caches before every run
+	only            map[string]bool
 }
 
 func defaultConfig() config {
@@ -64,6 +71,7 @@ func defaultConfig() config {
 		compSize: 256 << 20, compFiles: 16, bandwidth: 64 << 20,
 		compressions: []string{"gzip", "snappy", "lz4", "zstd"},
 		rssSize:      4 << 30, rssFiles: 64, rssLimit: 100 << 20,
+		drainSize: 2 << 30, drainFiles: 64, drainContainers: 16,
 		reps: 3, cold: true,
 	}
 }
@@ -73,11 +81,12 @@ func quickConfig() config {
 	c.pushSize, c.pushFiles = 64<<20, 8
 	c.compSize, c.compFiles = 32<<20, 4
 	c.rssSize, c.rssFiles = 256<<20, 8
+	c.drainSize = 192 << 20
 	c.reps = 1
 	return c
 }
 
-var phases = []string{"push", "compression", "rss"}
+var phases = []string{"push", "compression", "rss", "drain"}
 
 type options struct {
 	cfg      config
@@ -125,6 +134,9 @@ func parseFlags(args []string) (options, error) {
 	fl.Var(sizeFlag{&cfg.rssSize}, "rss-size", "data of the container pushed while RSS is watched (4GiB)")
 	fl.IntVar(&cfg.rssFiles, "rss-files", def.rssFiles, "files that container's data is put as")
 	fl.Var(sizeFlag{&cfg.rssLimit}, "rss-limit", "the peak RSS target per process (100MiB)")
+	fl.Var(sizeFlag{&cfg.drainSize}, "drain-size", "data on the decommissioning node of the drain workload (2GiB; the issue's 10GiB needs 6× that on disk per run)")
+	fl.IntVar(&cfg.drainFiles, "drain-files", def.drainFiles, "files that data is put as")
+	fl.IntVar(&cfg.drainContainers, "drain-containers", def.drainContainers, "containers those files go into (a divisor of --drain-files)")
 	fl.IntVar(&cfg.reps, "reps", def.reps, "timed runs of each workload and baseline (the table shows the median)")
 	noCold := fl.Bool("no-drop-caches", false, "do not sync and drop caches before runs")
 	only := fl.String("only", strings.Join(phases, ","), "workloads to run: "+strings.Join(phases, ", "))
@@ -146,6 +158,7 @@ func parseFlags(args []string) (options, error) {
 		keepSet("push-size", &cfg.pushSize, q.pushSize)
 		keepSet("compression-size", &cfg.compSize, q.compSize)
 		keepSet("rss-size", &cfg.rssSize, q.rssSize)
+		keepSet("drain-size", &cfg.drainSize, q.drainSize)
 		for name, p := range map[string][2]*int{
 			"push-files": {&cfg.pushFiles, &q.pushFiles}, "compression-files": {&cfg.compFiles, &q.compFiles},
 			"rss-files": {&cfg.rssFiles, &q.rssFiles}, "reps": {&cfg.reps, &q.reps},
@@ -170,13 +183,16 @@ func parseFlags(args []string) (options, error) {
 		}
 		cfg.only[p] = true
 	}
-	if cfg.pushFiles < 1 || cfg.compFiles < 1 || cfg.rssFiles < 1 || cfg.reps < 1 {
+	if cfg.pushFiles < 1 || cfg.compFiles < 1 || cfg.rssFiles < 1 || cfg.drainFiles < 1 || cfg.reps < 1 {
 		return options{}, errors.New("file counts and --reps must be positive")
+	}
+	if cfg.drainContainers < 1 || cfg.drainFiles%cfg.drainContainers != 0 {
+		return options{}, fmt.Errorf("--drain-containers %d must be a positive divisor of --drain-files %d", cfg.drainContainers, cfg.drainFiles)
 	}
 	for _, s := range []struct {
 		name        string
 		size, files int64
-	}{{"push", cfg.pushSize, int64(cfg.pushFiles)}, {"compression", cfg.compSize, int64(cfg.compFiles)}, {"rss", cfg.rssSize, int64(cfg.rssFiles)}} {
+	}{{"push", cfg.pushSize, int64(cfg.pushFiles)}, {"compression", cfg.compSize, int64(cfg.compFiles)}, {"rss", cfg.rssSize, int64(cfg.rssFiles)}, {"drain", cfg.drainSize, int64(cfg.drainFiles)}} {
 		if s.size%s.files != 0 || s.size/s.files < 1024 {
 			return options{}, fmt.Errorf("--%s-size must split evenly into --%s-files files of at least 1 KiB", s.name, s.name)
 		}
@@ -265,7 +281,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	for _, phase := range []struct {
 		name string
 		run  func(context.Context) []*bench.ReplRow
-	}{{"push", r.pushRows}, {"compression", r.compressionRows}, {"rss", r.rssRows}} {
+	}{{"push", r.pushRows}, {"compression", r.compressionRows}, {"rss", r.rssRows}, {"drain", r.drainRows}} {
 		if ctx.Err() != nil {
 			break
 		}

@@ -85,13 +85,14 @@ func (n *node) stop() {
 }
 
 // fill puts files into n's open container with `replicad container put`
-// and closes it with `replicad container close`, and returns it.
-func (r *runner) fill(ctx context.Context, n *node, files []string, size int64) (container.Descriptor, error) {
+// (and putFlags) and closes it with `replicad container close`, and
+// returns it.
+func (r *runner) fill(ctx context.Context, n *node, files []string, size int64, putFlags ...string) (container.Descriptor, error) {
 	before, err := n.client.List(ctx)
 	if err != nil {
 		return container.Descriptor{}, err
 	}
-	if _, err := r.cli(ctx, append([]string{"container", "put", "--server", n.addr}, files...)...); err != nil {
+	if _, err := r.cli(ctx, append(append([]string{"container", "put", "--server", n.addr}, putFlags...), files...)...); err != nil {
 		return container.Descriptor{}, err
 	}
 	after, err := n.client.List(ctx)
