@@ -67,16 +67,18 @@ type fallbackError struct {
 func (e *fallbackError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "fetch %s (%d bytes, xxh64 %s): ", e.file.Path, e.file.Size, e.file.XXH64)
-	if len(e.origins) > 1 {
+	if len(e.origins) == 1 {
+		fmt.Fprintf(&b, "%s did not have it (", e.origins[0].Name)
+	} else {
 		b.WriteString("neither ")
-	}
-	for i, o := range e.origins {
-		if i > 0 {
-			b.WriteString(" nor ")
+		for i, o := range e.origins {
+			if i > 0 {
+				b.WriteString(" nor ")
+			}
+			b.WriteString(o.Name)
 		}
-		b.WriteString(o.Name)
+		b.WriteString(" had it (")
 	}
-	b.WriteString(" had it (")
 	for i, err := range e.errs {
 		if i > 0 {
 			b.WriteString("; ")

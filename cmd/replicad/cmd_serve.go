@@ -48,6 +48,7 @@ type serveOptions struct {
 	metrics       string
 	ingest        bool
 	ingestIdle    time.Duration
+	ingestRepl    string
 	advertise     string
 	streamIdle    time.Duration
 	streamDead    time.Duration
@@ -98,7 +99,10 @@ and the originals they preserve, into the open container as the events are
 journaled (it follows the journal, as an events stream does), and remembers
 the last event ingested in STATE/` + statedir.IngestCursorFile + ` so that a restart
 resumes. A container closes at --container-size, or after --ingest-idle
-without a new file.
+without a new file. Its replication is --ingest-replication (default
+replica:3): with --join, the coordinator copies every container that
+closes to as many nodes, so the warehouse's history outlives this host
+('replicad load --cluster' fetches it from them).
 
 --advertise ADDR is the address peers dial this node at: the one a target
 downloads from in pull mode. By default it is the --listen address, which
@@ -167,6 +171,7 @@ closes the open container and exits 0.`,
 	f.StringVar(&opts.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (default: off)")
 	f.BoolVar(&opts.ingest, "ingest", false, "write the files the journal's events add or preserve into the open container")
 	f.DurationVar(&opts.ingestIdle, "ingest-idle", time.Minute, "with --ingest, close the open container after this long without a new file (0: never)")
+	f.StringVar(&opts.ingestRepl, "ingest-replication", container.DefaultReplication, "with --ingest, the replication `CONFIG` of the containers the node opens (replica:N), which the coordinator keeps")
 	f.StringVar(&opts.advertise, "advertise", "", "`ADDR` (host:port) peers reach this node at, which a target downloads from in pull mode (default: the --listen address)")
 	f.DurationVar(&opts.streamIdle, "stream-idle-timeout", peer.DefaultStreamIdleTimeout, "cut a stream (push, put, download, get) whose peer sends or takes nothing for this long")
 	f.DurationVar(&opts.streamDead, "stream-deadline", peer.DefaultStreamDeadline, "cut a stream not done within this long, or its size at --stream-min-rate if that is longer")
@@ -185,7 +190,7 @@ closes the open container and exits 0.`,
 
 // nodeFlags are the flags that configure the container service.
 var nodeFlags = []string{"node-id", "rack", "container-size", "push", "tls-cert", "tls-key", "tls-ca", "tls-allow",
-	"replication-bandwidth", "replication-concurrency", "ingest", "ingest-idle",
+	"replication-bandwidth", "replication-concurrency", "ingest", "ingest-idle", "ingest-replication",
 	"advertise", "stream-idle-timeout", "stream-deadline", "stream-min-rate",
 	"coordinator", "join", "heartbeat", "stale-after", "dead-after", "rm-interval",
 	"maintenance-remaining-redundancy", "cluster-store", "command-timeout"}
@@ -215,6 +220,8 @@ func runServe(ctx context.Context, g *globalOptions, opts serveOptions, _ []stri
 		return errors.New("--ingest needs --state DIR: the warehouse whose journal to ingest")
 	case changed("ingest-idle") && !opts.ingest:
 		return errors.New("--ingest-idle needs --ingest")
+	case changed("ingest-replication") && !opts.ingest:
+		return errors.New("--ingest-replication needs --ingest")
 	case opts.containerSize <= 0:
 		return fmt.Errorf("--container-size %d must be positive", opts.containerSize)
 	case opts.concurrency <= 0:
@@ -246,6 +253,9 @@ func runServe(ctx context.Context, g *globalOptions, opts serveOptions, _ []stri
 		if !hostPort(a) {
 			return fmt.Errorf("--join %q: want HOST:PORT of a coordinator", a)
 		}
+	}
+	if err := container.ValidateReplication(opts.ingestRepl); err != nil {
+		return fmt.Errorf("--ingest-replication: %w", err)
 	}
 	if !opts.coordinator {
 		for _, name := range coordinatorFlags {
@@ -377,7 +387,13 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 	if err != nil {
 		return err
 	}
-	store, err := container.OpenStore(volumes, container.Options{ContainerSize: int64(opts.containerSize)})
+	copts := container.Options{ContainerSize: int64(opts.containerSize)}
+	if opts.ingest {
+		// Ingest writes into the node's one open container: the
+		// replication is the store's for every container it opens.
+		copts.Replication = opts.ingestRepl
+	}
+	store, err := container.OpenStore(volumes, copts)
 	if err != nil {
 		return err
 	}
