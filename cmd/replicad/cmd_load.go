@@ -180,6 +180,10 @@ func runLoad(ctx context.Context, g *globalOptions, opts loadOptions, _ []string
 	if b != nil {
 		b.Done()
 	}
+	if err != nil && len(opts.cluster) > 0 {
+		// Nodes the cluster fetcher could not reach, said plainly.
+		return &wrapped{msg: grpcDial.ReplaceAllString(err.Error(), "cannot connect: $1"), err: err}
+	}
 	if err != nil {
 		return err
 	}
