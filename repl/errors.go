@@ -5,8 +5,9 @@ import "errors"
 // Errors returned by this package, wrapped with what was tried.
 var (
 	// ErrNoCopy: the content a file entry names is neither at its path
-	// (with that checksum) nor in cmroot.
-	ErrNoCopy = errors.New("repl: no copy of the content at the source")
+	// (with that checksum) nor in cmroot — nor, for a Fetcher of the
+	// cluster's blocks, on any of its nodes.
+	ErrNoCopy = errors.New("repl: no copy of the content")
 	// ErrStale: a live file changed while it was read; the bytes delivered
 	// so far must be discarded.
 	ErrStale = errors.New("repl: source file changed while read")

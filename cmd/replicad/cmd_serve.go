@@ -99,7 +99,10 @@ and the originals they preserve, into the open container as the events are
 journaled (it follows the journal, as an events stream does), and remembers
 the last event ingested in STATE/` + statedir.IngestCursorFile + ` so that a restart
 resumes. A container closes at --container-size, or after --ingest-idle
-without a new file.
+without a new file. Its replication is --ingest-replication (default
+replica:3): with --join, the coordinator copies every container that
+closes to as many nodes, so the warehouse's history outlives this host
+('replicad load --cluster' fetches it from them).
 
 --advertise ADDR is the address peers dial this node at: the one a target
 downloads from in pull mode. By default it is the --listen address, which

@@ -92,6 +92,8 @@ func TestBadInput(t *testing.T) {
 		{"serve every interface", []string{"serve", "--backing", backing, "--listen", ":9860"}, "without TLS"},
 		{"serve bad address", []string{"serve", "--state", state, "--listen", "nope"}, `address "nope"`},
 		{"serve extra arg", []string{"serve", "--state", state, "x"}, `unknown command "x"`},
+		{"serve ingest replication without ingest", []string{"serve", "--state", state, "--volume", dir, "--ingest-replication", "replica:2"}, "--ingest-replication needs --ingest"},
+		{"serve bad ingest replication", []string{"serve", "--state", state, "--volume", dir, "--ingest", "--ingest-replication", "three"}, `--ingest-replication "three": want replica:N`},
 
 		{"dump no state", []string{"dump", "--out", dir}, "give --state DIR"},
 		{"dump no out", []string{"dump", "--state", state}, "give --out DUMPROOT"},
@@ -105,8 +107,9 @@ func TestBadInput(t *testing.T) {
 
 		{"load no dump", []string{"load", "--target", target, "--source-state", state}, "give --dump DIR"},
 		{"load no target", []string{"load", "--dump", notDump, "--source-state", state}, "give --target DIR"},
-		{"load no source", []string{"load", "--dump", notDump, "--target", target}, "exactly one of --source ADDR and --source-state DIR"},
-		{"load two sources", []string{"load", "--dump", notDump, "--target", target, "--source", "127.0.0.1:9860", "--source-state", state}, "exactly one of"},
+		{"load no source", []string{"load", "--dump", notDump, "--target", target}, "give --source ADDR, --source-state DIR or --cluster COORD"},
+		{"load two sources", []string{"load", "--dump", notDump, "--target", target, "--source", "127.0.0.1:9860", "--source-state", state}, "not both"},
+		{"load bad cluster", []string{"load", "--dump", notDump, "--target", target, "--cluster", "coord"}, `--cluster "coord": want HOST:PORT`},
 		{"load missing dump", []string{"load", "--dump", filepath.Join(dir, "nope"), "--target", target, "--source-state", state}, "does not exist"},
 		{"load not a dump", []string{"load", "--dump", notDump, "--target", target, "--source-state", state}, "_dumpmetadata"},
 		{"load unknown flag", []string{"load", "--from", "3"}, "unknown flag: --from"},
