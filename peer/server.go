@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
@@ -23,6 +22,7 @@ import (
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/bufpool"
+	"github.com/cmfs-project/cmfs/internal/grace"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/internal/window"
 )
@@ -154,17 +154,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		return fmt.Errorf("serve %s: %w", lis.Addr(), err)
 	case <-ctx.Done():
 	}
-	stopped := make(chan struct{})
-	go func() {
-		s.srv.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		s.srv.Stop() // a long transfer: its import is discarded
-		<-stopped
-	}
+	grace.Stop(s.srv, grace.Period)
 	<-errc
 	<-supDone
 	return nil
