@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/bufpool"
 	"github.com/cmfs-project/cmfs/internal/grace"
+	"github.com/cmfs-project/cmfs/internal/rpclog"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/internal/window"
 )
@@ -86,6 +88,7 @@ func NewServer(store Store, cfg Config) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: clientPing / 2, PermitWithoutStream: true}),
 		experimental.BufferPool(buffers),
 	)
+	opts = append(opts, rpclog.ServerOptions(cfg.Logger)...)
 	if s.clientTLS == nil {
 		opts = append(opts, auth.ServerOptions(cfg.Token)...)
 	}
@@ -154,7 +157,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		return fmt.Errorf("serve %s: %w", lis.Addr(), err)
 	case <-ctx.Done():
 	}
-	grace.Stop(s.srv, grace.Period)
+	if grace.Stop(s.srv, grace.Period) {
+		s.cfg.Logger.Warn("node: calls still running after the grace period were cut (their imports are discarded)", slog.Duration("grace", grace.Period))
+	}
 	<-errc
 	<-supDone
 	return nil

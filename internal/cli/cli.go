@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -122,4 +123,14 @@ func Bytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%d bytes (%.1f %ciB)", n, float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// UnwrapOp drops the *net.OpError wrapper whose address the caller's
+// message already names.
+func UnwrapOp(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return oe.Err
+	}
+	return err
 }
