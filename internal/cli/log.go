@@ -21,7 +21,7 @@ type LogFlags struct {
 
 // Register adds the flags to f.
 func (l *LogFlags) Register(f *pflag.FlagSet) {
-	f.Var(&l.Format, "log-format", "log as `text` or json lines")
+	f.Var(&l.Format, "log-format", "log `FORMAT`: text, or json (one object a line)")
 	f.Var(&l.Level, "log-level", "log at this `LEVEL` and above: debug, info, warn or error")
 }
 
