@@ -16,7 +16,7 @@ func TestMountReports(t *testing.T) {
 			t.Fatal(err)
 		}
 		res := remountDaemon(t, m.Backing)
-		if !strings.Contains(res.Stderr, "recovery fsck") || !strings.Contains(res.Stderr, "1 missing") {
+		if !strings.Contains(res.Stderr, `level=WARN msg="recovery fsck" found="1 missing`) {
 			t.Errorf("mount --daemon after losing a cmroot entry: %v; want the recovery findings on stderr", res)
 		}
 	})
@@ -29,7 +29,7 @@ func TestMountReports(t *testing.T) {
 			t.Fatal(err)
 		}
 		res := remountDaemon(t, m.Backing)
-		if res.Code != 0 || !strings.Contains(res.Stderr, "1 damaged record(s) ignored") {
+		if res.Code != 0 || !strings.Contains(res.Stderr, "level=WARN msg=recovery journaled=0 damaged=1") || !strings.Contains(res.Stderr, "1 damaged record(s) ignored") {
 			t.Errorf("mount --daemon over a damaged in-flight table: %v; want it mounted, and the finding on stderr", res)
 		}
 	})

@@ -56,7 +56,7 @@ could not find, a disk full at the target, anything — never ends it: it
 is retried with backoff (250ms doubling to 10s; to 1m for errors a retry
 is unlikely to fix soon: a gap, another source, a malformed dump, content
 found nowhere), the target staying at the last event applied. Each
-failure is a line on stderr (once per distinct error, and at the 2nd,
+failure is a warning in the log on stderr (once per distinct error, and at the 2nd,
 4th, 8th… in a row), counts in the metrics, and shows in 'replicad
 status --target' while it lasts. SIGINT or SIGTERM stop it between or
 within rounds, leaving the target at the last event
