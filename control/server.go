@@ -16,6 +16,7 @@ import (
 	"github.com/cmfs-project/cmfs/api/controlpb"
 	"github.com/cmfs-project/cmfs/api/eventpb"
 	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/internal/grace"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/slot"
 	"github.com/cmfs-project/cmfs/upkeep"
@@ -90,18 +91,7 @@ func (s *Server) Serve(ctx context.Context, socketPath string) error {
 	case <-ctx.Done():
 	}
 	s.end()
-	stopped := make(chan struct{})
-	go func() {
-		srv.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		// A unary fsck on a huge store; don't hold the unmount up.
-		srv.Stop()
-		<-stopped
-	}
+	grace.Stop(srv, grace.Period)
 	<-errc
 	return nil
 }

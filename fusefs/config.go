@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -26,8 +27,11 @@ type Config struct {
 	AllowOther bool
 	// Options are extra mount options (-o), passed to the kernel.
 	Options []string
-	// Debug logs every FUSE request.
+	// Debug logs every FUSE request (go-fuse's lines, to Logger at
+	// debug).
 	Debug bool
+	// Logger is where the mount logs; nil means nowhere.
+	Logger *slog.Logger
 	// JournalReserve is the space kept allocated for the journal
 	// (journal.Options.Reserve); 0 means the journal's default.
 	JournalReserve int64
@@ -43,6 +47,9 @@ func (cfg Config) WithDefaults() Config {
 	}
 	if cfg.Exclude == nil {
 		cfg.Exclude = statedir.DefaultExcludes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return cfg
 }

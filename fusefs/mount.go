@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -73,9 +73,17 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 			MaxBackground:     64,
 		},
 	}
+	// go-fuse logs through a *log.Logger: with Debug a line per request
+	// (the mount's debug lines), else only what went wrong (warnings).
+	fuseLevel := slog.LevelWarn
+	if opts.MountOptions.Debug {
+		fuseLevel = slog.LevelDebug
+	}
+	opts.MountOptions.Logger = slog.NewLogLogger(cfg.Logger.Handler(), fuseLevel)
 	if p := os.Getenv("CMFS_FUSE_DEBUG"); p != "" {
+		// A test's seam: the requests in a file of their own.
 		if lf, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0644); err == nil {
-			opts.MountOptions.Logger = log.New(lf, "", log.Lmicroseconds)
+			opts.MountOptions.Logger = slog.NewLogLogger(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelDebug}), slog.LevelDebug)
 		}
 	}
 	mo := append([]string(nil), cfg.Options...)

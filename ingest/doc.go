@@ -21,7 +21,7 @@
 //     (in any container) is not put again.
 //   - Content that is nowhere any more (a path cmfs does not protect, an
 //     entry gc removed, a corrupt cmroot entry) is skipped and logged
-//     (Config.Logf); any other failure ends the Step before the event,
+//     (Config.Logger); any other failure ends the Step before the event,
 //     which the next Step tries again.
 //   - The store closes the open container at its size limit; a Feed closes
 //     it after Config.Idle without a Put.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"math"
 	"os"
 	"strconv"
@@ -61,9 +62,10 @@ type Config struct {
 	Idle time.Duration
 	// Batch bounds the events of one Step; 0 means DefaultBatch.
 	Batch int
-	// Logf, if set, is told of content that was skipped. Run also reports
-	// failed Steps through it.
-	Logf func(format string, args ...any)
+	// Logger, if set, is told of content that was skipped (warn) and, at
+	// debug, of every event ingested. Run also reports failed Steps
+	// through it.
+	Logger *slog.Logger
 	// Now is the clock of the idle close; nil means time.Now.
 	Now func() time.Time
 }
@@ -122,6 +124,9 @@ func New(cfg Config) (*Feed, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	f := &Feed{cfg: cfg}
 	b, err := os.ReadFile(cfg.Cursor)
@@ -219,13 +224,16 @@ func (f *Feed) event(ctx context.Context, e *journal.Event, st *Stats) error {
 		err := f.file(ctx, file, st)
 		if skippable(err) {
 			st.Skipped++
-			f.logf("ingest: event %d (%s %s): skipped %s: %v", e.ID, e.Type, e.Path, describe(file), err)
+			f.cfg.Logger.Warn("ingest: skipped content", slog.Uint64("event", e.ID), slog.String("type", string(e.Type)),
+				slog.String("path", e.Path), slog.String("file", describe(file)), slog.Any("err", err))
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("ingest: event %d (%s %s): %s: %w", e.ID, e.Type, e.Path, describe(file), err)
 		}
 	}
+	f.cfg.Logger.Debug("ingest: event", slog.Uint64("event", e.ID), slog.String("type", string(e.Type)),
+		slog.String("path", e.Path), slog.Int("files", len(e.Files)))
 	return nil
 }
 
@@ -349,12 +357,6 @@ func (f *Feed) save() error {
 	return nil
 }
 
-func (f *Feed) logf(format string, args ...any) {
-	if f.cfg.Logf != nil {
-		f.cfg.Logf(format, args...)
-	}
-}
-
 // Backoff bounds of Run after a failed Step.
 const (
 	minBackoff = 250 * time.Millisecond
@@ -365,7 +367,7 @@ const (
 // ahead; else, when Config.Events is a Waiter, as soon as it reports a new
 // event, and otherwise (or if its Wait fails) after poll; and in time for
 // an idle close either way. After a failure (reported through
-// Config.Logf, once until it changes) it waits a growing backoff. It
+// Config.Logger, once until it changes) it waits a growing backoff. It
 // returns nil when ctx ends.
 func (f *Feed) Run(ctx context.Context, poll time.Duration) error {
 	if poll <= 0 {
@@ -381,13 +383,13 @@ func (f *Feed) Run(ctx context.Context, poll time.Duration) error {
 		switch {
 		case err != nil:
 			if msg := err.Error(); msg != lastErr {
-				f.logf("%v (retrying)", err)
+				f.cfg.Logger.Warn("ingest: a step failed; retrying", slog.Any("err", err))
 				lastErr = msg
 			}
 			backoff.Sleep(ctx, b.Next())
 		default:
 			if lastErr != "" {
-				f.logf("ingest: resumed at event %d", st.Last)
+				f.cfg.Logger.Info("ingest: resumed", slog.Uint64("event", st.Last))
 			}
 			b.Reset()
 			lastErr = ""

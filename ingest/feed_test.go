@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/internal/wait"
+	"github.com/cmfs-project/cmfs/internal/logtest"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 )
@@ -65,7 +67,8 @@ type warehouse struct {
 	journal *journalEvents
 	store   *container.Store
 	opts    container.Options
-	logs    []string
+	logs    *logtest.Recorder
+	logger  *slog.Logger
 	now     time.Time
 }
 
@@ -75,6 +78,7 @@ func newWarehouse(t *testing.T, opts container.Options) *warehouse {
 	w := &warehouse{t: t, root: filepath.Join(dir, "backing"), cmroot: filepath.Join(dir, "cmroot"),
 		state: filepath.Join(dir, "state"), volume: filepath.Join(dir, "volume"),
 		journal: &journalEvents{}, opts: opts, now: time.Unix(1e9, 0)}
+	w.logs, w.logger = logtest.New()
 	for _, d := range []string{w.root, w.cmroot, w.state} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -112,7 +116,7 @@ func (w *warehouse) feed(idle time.Duration) *Feed {
 		Fetcher: &repl.LocalFetcher{Root: w.root, CMRoot: w.cmroot, Events: w.journal},
 		Cursor:  filepath.Join(w.state, "ingest.json"),
 		Idle:    idle,
-		Logf:    func(format string, args ...any) { w.logs = append(w.logs, fmt.Sprintf(format, args...)) },
+		Logger:  w.logger,
 		Now:     func() time.Time { return w.now },
 	})
 	if err != nil {
@@ -379,8 +383,13 @@ func TestStaleAndMissing(t *testing.T) {
 	if got := w.block(old); !bytes.Equal(got, old) {
 		t.Errorf("block holds %q", got)
 	}
-	if len(w.logs) != 2 || !strings.Contains(w.logs[0], "event 2") || !strings.Contains(w.logs[0], "gone") {
-		t.Errorf("logs %q, want the two skips, event 2's first", w.logs)
+	skips := w.logs.Lines(slog.LevelInfo)
+	if len(skips) != 2 || skips[0].Msg != "ingest: skipped content" || skips[0].Level != slog.LevelWarn ||
+		skips[0].Attrs["event"] != "2" || skips[0].Attrs["path"] != "gone" || skips[0].Attrs["err"] == "" {
+		t.Errorf("logs %v, want the two skips as warnings, event 2's first", skips)
+	}
+	if evs := w.logs.Find("ingest: event"); len(evs) != 3 || evs[0].Level != slog.LevelDebug {
+		t.Errorf("event lines %v, want one per event, at debug", evs)
 	}
 }
 
@@ -443,7 +452,6 @@ func TestFailureStopsBeforeTheEvent(t *testing.T) {
 func TestRun(t *testing.T) {
 	w := newWarehouse(t, container.Options{})
 	f := w.feed(0)
-	f.cfg.Logf = nil // Run's goroutine would race the test on w.logs
 	data := []byte("followed")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,8 +17,27 @@ func TestMountReports(t *testing.T) {
 			t.Fatal(err)
 		}
 		res := remountDaemon(t, m.Backing)
-		if !strings.Contains(res.Stderr, "recovery fsck") || !strings.Contains(res.Stderr, "1 missing") {
+		if !strings.Contains(res.Stderr, `level=WARN msg="recovery fsck" found="1 missing`) {
 			t.Errorf("mount --daemon after losing a cmroot entry: %v; want the recovery findings on stderr", res)
+		}
+	})
+	t.Run("findings as JSON", func(t *testing.T) {
+		m, _, p := preservedOne(t, "original\n")
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		res := remountDaemon(t, m.Backing, "--log-format", "json")
+		var found bool
+		for _, line := range strings.Split(strings.TrimSuffix(res.Stderr, "\n"), "\n") {
+			var rec struct{ Level, Msg, Found string }
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Errorf("stderr line %q is not JSON: %v", line, err)
+				continue
+			}
+			found = found || rec.Level == "WARN" && rec.Msg == "recovery fsck" && strings.Contains(rec.Found, "1 missing")
+		}
+		if res.Code != 0 || !found {
+			t.Errorf("mount --daemon --log-format json after losing a cmroot entry: %v; want the recovery fsck's warning as a JSON line", res)
 		}
 	})
 	t.Run("damaged in-flight table", func(t *testing.T) {
@@ -29,7 +49,7 @@ func TestMountReports(t *testing.T) {
 			t.Fatal(err)
 		}
 		res := remountDaemon(t, m.Backing)
-		if res.Code != 0 || !strings.Contains(res.Stderr, "1 damaged record(s) ignored") {
+		if res.Code != 0 || !strings.Contains(res.Stderr, "level=WARN msg=recovery journaled=0 damaged=1") || !strings.Contains(res.Stderr, "1 damaged record(s) ignored") {
 			t.Errorf("mount --daemon over a damaged in-flight table: %v; want it mounted, and the finding on stderr", res)
 		}
 	})
@@ -62,13 +82,13 @@ func TestMountReports(t *testing.T) {
 
 // remountDaemon runs `cmfs mount --daemon` of backing on a fresh mount
 // point, unmounted at cleanup if it mounted, and returns what it printed.
-func remountDaemon(t *testing.T, backing string) result {
+func remountDaemon(t *testing.T, backing string, flags ...string) result {
 	t.Helper()
 	mnt := filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	res := cmfs(t, "mount", "--daemon", backing, mnt)
+	res := cmfs(t, append(append([]string{"mount", "--daemon"}, flags...), backing, mnt)...)
 	if isMounted(mnt) {
 		t.Cleanup(func() { (&mounted{Mnt: mnt}).unmount(t) })
 	}

@@ -150,8 +150,8 @@ func TestFollowSourceRestart(t *testing.T) {
 	awaitFollow(t, "after the source restarted", m, target, follow, 2*time.Minute)
 	// The round that caught up ends (and says so) just after its last
 	// event is in place.
-	if !wait.Until(10*time.Second, func() bool { return strings.Contains(follow.stderrNow(), "succeeded after") }) ||
-		!strings.Contains(follow.stderrNow(), "retrying in") {
+	if !wait.Until(10*time.Second, func() bool { return strings.Contains(follow.stderrNow(), `msg="a round succeeded after failures"`) }) ||
+		!strings.Contains(follow.stderrNow(), `level=WARN msg="a round failed; retrying"`) {
 		t.Errorf("follow's stderr does not say it retried and recovered:\n%s", follow.stderrNow())
 	}
 	if got := followMetric(t, follow, "replicad_follow_consecutive_failures"); got != "0" {

@@ -2,6 +2,7 @@ package peer
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
@@ -69,6 +70,10 @@ type Config struct {
 	// Defaults 10m and 1 MiB/s.
 	StreamDeadline time.Duration
 	StreamMinRate  int64
+	// Logger is told, at debug, of every call the node serves and every
+	// replication task it ends, and of calls cut when it stops (warn).
+	// Default: none.
+	Logger *slog.Logger
 }
 
 // withDefaults fills in the defaults and checks the rest.
@@ -93,6 +98,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StreamMinRate == 0 {
 		c.StreamMinRate = DefaultStreamMinRate
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	switch {
 	case c.StreamIdleTimeout < 0:

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
@@ -23,6 +23,8 @@ import (
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/bufpool"
+	"github.com/cmfs-project/cmfs/internal/grace"
+	"github.com/cmfs-project/cmfs/internal/rpclog"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/internal/window"
 )
@@ -86,6 +88,7 @@ func NewServer(store Store, cfg Config) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: clientPing / 2, PermitWithoutStream: true}),
 		experimental.BufferPool(buffers),
 	)
+	opts = append(opts, rpclog.ServerOptions(cfg.Logger)...)
 	if s.clientTLS == nil {
 		opts = append(opts, auth.ServerOptions(cfg.Token)...)
 	}
@@ -154,16 +157,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		return fmt.Errorf("serve %s: %w", lis.Addr(), err)
 	case <-ctx.Done():
 	}
-	stopped := make(chan struct{})
-	go func() {
-		s.srv.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		s.srv.Stop() // a long transfer: its import is discarded
-		<-stopped
+	if grace.Stop(s.srv, grace.Period) {
+		s.cfg.Logger.Warn("node: calls still running after the grace period were cut (their imports are discarded)", slog.Duration("grace", grace.Period))
 	}
 	<-errc
 	<-supDone

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -102,6 +103,7 @@ type Supervisor struct {
 	timeout time.Duration
 	base    int
 	m       *metrics
+	log     *slog.Logger
 
 	mu       sync.Mutex
 	queue    jobHeap
@@ -154,7 +156,7 @@ func (j *Job) Wait(ctx context.Context) (Result, error) {
 }
 
 // NewSupervisor returns a supervisor that runs tasks with do, with cfg's
-// Concurrency, TaskTimeout, NodeID and Rack.
+// Concurrency, TaskTimeout, NodeID, Rack and Logger.
 //
 // Errors: ErrInvalid (wrapped) for a negative setting.
 func NewSupervisor(cfg Config, do ReplicateFunc) (*Supervisor, error) {
@@ -167,6 +169,7 @@ func NewSupervisor(cfg Config, do ReplicateFunc) (*Supervisor, error) {
 		timeout: cfg.TaskTimeout,
 		base:    cfg.Concurrency,
 		m:       newMetrics(cfg.NodeID, cfg.Rack),
+		log:     cfg.Logger,
 		jobs:    make(map[taskKey]*Job),
 		wake:    make(chan struct{}, 1),
 	}
@@ -318,6 +321,11 @@ func (s *Supervisor) run(ctx context.Context, j *Job) {
 		s.m.failure.Inc()
 	}
 	s.m.duration.WithLabelValues(result).Observe(res.Duration.Seconds())
+	// The job's waiter gets the error; the log only tells the operator
+	// at debug what ran.
+	s.log.Debug("replication", slog.Uint64("container", t.Container), slog.String("target", t.Target),
+		slog.String("mode", res.Mode.String()), slog.String("result", result), slog.Int("attempts", res.Attempts),
+		slog.Int64("bytes", res.Bytes), slog.Duration("took", res.Duration), slog.Any("err", err))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.running--

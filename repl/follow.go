@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -98,9 +99,9 @@ type FollowConfig struct {
 	Wait time.Duration
 	// Metrics, if not nil, is told what the follow measures.
 	Metrics FollowMetrics
-	// Logf, if not nil, receives the lines an operator should see (a
-	// failure, a recovery), without a trailing newline.
-	Logf func(format string, args ...any)
+	// Logger, if not nil, is told what an operator should see (a
+	// failure, a recovery: warn and info) and, at debug, of every round.
+	Logger *slog.Logger
 	// Classify decides what follows a failed round; nil retries every
 	// error soon. It is the one place that tells lasting from passing
 	// failures and both from the end of following.
@@ -144,6 +145,9 @@ func NewFollower(ctx context.Context, cfg FollowConfig) (*Follower, error) {
 	}
 	if cfg.Batch == 0 {
 		cfg.Batch = DefaultFollowBatch
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	lock, err := LockTarget(ctx, cfg.Target, LockOptions{Wait: cfg.Wait})
 	if err != nil {
@@ -298,6 +302,8 @@ func (f *Follower) Sync(ctx context.Context) (more bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	f.cfg.Logger.Debug("round", slog.String("source", f.cfg.Addr), slog.Uint64("from", from), slog.Uint64("to", to),
+		slog.Int("applied", res.Applied), slog.Int("files", res.Files), slog.Int64("bytes", res.Bytes))
 	if st, _, err := ReadState(f.target); err == nil {
 		f.at = st.LastReplID
 		if err := f.confirm(ctx, st.LastReplID); err != nil {
@@ -336,10 +342,11 @@ func (f *Follower) failed(err error, n int, wait time.Duration) {
 	werr := f.writeStatus()
 	if msg := err.Error(); msg != f.lastErr || n&(n-1) == 0 {
 		f.lastErr = msg
-		f.logf("%v; retrying in %s (failure %d in a row)", err, wait.Round(time.Millisecond), n)
+		f.cfg.Logger.Warn("a round failed; retrying", slog.String("source", f.cfg.Addr), slog.Any("err", err),
+			slog.Int("failures", n), slog.Duration("retry_in", wait.Round(time.Millisecond)))
 	}
 	if werr != nil {
-		f.logf("status: %v", werr)
+		f.cfg.Logger.Warn("status file", slog.Any("err", werr))
 	}
 }
 
@@ -347,15 +354,10 @@ func (f *Follower) failed(err error, n int, wait time.Duration) {
 func (f *Follower) recovered(n int) {
 	f.status = FollowStatus{PID: f.status.PID, Source: f.status.Source, State: FollowFollowing, Since: time.Now().UTC()}
 	f.lastErr = ""
-	f.logf("source %s: a round succeeded after %d failed; target at event %d", f.cfg.Addr, n, f.at)
+	f.cfg.Logger.Info("a round succeeded after failures", slog.String("source", f.cfg.Addr),
+		slog.Int("failures", n), slog.Uint64("event", f.at))
 	if err := f.writeStatus(); err != nil {
-		f.logf("status: %v", err)
-	}
-}
-
-func (f *Follower) logf(format string, args ...any) {
-	if f.cfg.Logf != nil {
-		f.cfg.Logf(format, args...)
+		f.cfg.Logger.Warn("status file", slog.Any("err", err))
 	}
 }
 

@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/cmfs-project/cmfs/internal/wait"
+	"github.com/cmfs-project/cmfs/internal/logtest"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -136,8 +137,7 @@ func TestFollowerRunRetries(t *testing.T) {
 	errAway, errLost := errors.New("source away"), errors.New("source lost the target")
 	src, m := newFollowFake(s), &recordMetrics{}
 	src.confirmErrs = []error{errAway, errAway}
-	var mu sync.Mutex
-	var lines []string
+	rec, logger := logtest.New()
 	target := t.TempDir() + "/rep"
 	classify := func(err error) Verdict {
 		if errors.Is(err, errLost) {
@@ -147,21 +147,13 @@ func TestFollowerRunRetries(t *testing.T) {
 	}
 	f := newTestFollower(t, FollowConfig{
 		Source: src, Addr: "src:1", Target: target, Interval: 20 * time.Millisecond, Metrics: m, Classify: classify,
-		Logf: func(format string, args ...any) {
-			mu.Lock()
-			defer mu.Unlock()
-			lines = append(lines, fmt.Sprintf(format, args...))
-		},
+		Logger: logger,
 	})
 	st, ok, err := ReadFollowStatus(target)
 	if err != nil || !ok || st.State != FollowFollowing || st.PID != os.Getpid() || !st.Running || st.Source != "src:1" {
 		t.Fatalf("status before running: %+v, %v, %v", st, ok, err)
 	}
-	logged := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(lines)
-	}
+	const failedMsg, recoveredMsg = "a round failed; retrying", "a round succeeded after failures"
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -171,14 +163,25 @@ func TestFollowerRunRetries(t *testing.T) {
 		return st.State == FollowFollowing && st.Failures == 0
 	}
 	if !wait.Until(20*time.Second, func() bool {
-		return lastID(t, target) == last && strings.Contains(strings.Join(logged(), "\n"), "succeeded after") && following()
+		return lastID(t, target) == last && len(rec.Find(recoveredMsg)) > 0 && following()
 	}) {
-		t.Fatalf("target at %d after 20s (want %d); lines: %q", lastID(t, target), last, logged())
+		t.Fatalf("target at %d after 20s (want %d); lines: %v", lastID(t, target), last, rec.Lines(slog.LevelDebug))
 	}
-	all := strings.Join(logged(), "\n")
-	if !strings.Contains(all, "source away; retrying in") || !strings.Contains(all, "failure 2 in a row") ||
-		!strings.Contains(all, fmt.Sprintf("a round succeeded after 2 failed; target at event %d", last)) {
-		t.Errorf("lines:\n%s", all)
+	failures := rec.Find(failedMsg)
+	if len(failures) != 2 || failures[1].Level != slog.LevelWarn || failures[1].Attrs["err"] != "source away" ||
+		failures[1].Attrs["failures"] != "2" || failures[1].Attrs["source"] != "src:1" || failures[1].Attrs["retry_in"] == "" {
+		t.Errorf("failure lines: %v, want two warnings, the 2nd with failures=2, err, source and retry_in", failures)
+	}
+	if r := rec.Find(recoveredMsg); len(r) != 1 || r[0].Level != slog.LevelInfo || r[0].Attrs["failures"] != "2" ||
+		r[0].Attrs["event"] != fmt.Sprint(last) {
+		t.Errorf("recovery lines: %v, want one, failures=2 event=%d", r, last)
+	}
+	// A round is worth a line at debug only.
+	if rounds := rec.Find("round"); len(rounds) == 0 || rounds[0].Level != slog.LevelDebug || rounds[0].Attrs["from"] != "1" {
+		t.Errorf("round lines: %v, want debug lines from=1 ...", rounds)
+	}
+	if n := len(rec.Lines(slog.LevelInfo)); n != 3 {
+		t.Errorf("%d lines at info and above, want 3 (2 failures, 1 recovery): %v", n, rec.Lines(slog.LevelInfo))
 	}
 	m.mu.Lock()
 	failed := slices.Clone(m.failed)

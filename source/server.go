@@ -6,11 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
@@ -18,6 +18,8 @@ import (
 	"github.com/cmfs-project/cmfs/api/replpb"
 	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/bufpool"
+	"github.com/cmfs-project/cmfs/internal/grace"
+	"github.com/cmfs-project/cmfs/internal/rpclog"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/internal/window"
@@ -48,6 +50,9 @@ type Config struct {
 	// without one. A Server registered on another (Register) is behind
 	// that server's checks instead.
 	Token string
+	// Logger is told, at debug, of every call Serve's server serves, and
+	// of calls cut at the end of the grace period (warn). Default: none.
+	Logger *slog.Logger
 }
 
 // Server is the Source service. It serves once: Serve or ListenAndServe.
@@ -98,6 +103,9 @@ func NewServer(cfg Config) (*Server, error) {
 		}
 		cfg.SourceID = host + ":" + backing
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	s := &Server{cfg: cfg}
 	defaultState, err := realPath(filepath.Join(backing, statedir.Name))
 	if err != nil {
@@ -119,6 +127,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.life, s.end = context.WithCancel(context.Background())
 	opts := append(window.Server(), experimental.BufferPool(buffers))
+	opts = append(opts, rpclog.ServerOptions(cfg.Logger)...)
 	if cfg.Token != "" {
 		opts = append(opts, auth.ServerOptions(cfg.Token)...)
 	}
@@ -182,16 +191,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.end()
-	stopped := make(chan struct{})
-	go func() {
-		s.srv.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		s.srv.Stop() // a slow reader of a large file; don't hold the exit up
-		<-stopped
+	if grace.Stop(s.srv, grace.Period) {
+		s.cfg.Logger.Warn("source: calls still running after the grace period were cut", slog.Duration("grace", grace.Period))
 	}
 	<-errc
 	return nil

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +38,7 @@ type mountOptions struct {
 	daemon            bool
 	debug             bool
 	journalReserve    cli.ByteSize
+	log               cli.LogFlags
 }
 
 func newMountCmd(g *globalOptions) *cobra.Command {
@@ -66,9 +68,10 @@ mount is ready; the background process logs to STATE/cmfs.log.`,
 	f.BoolVar(&opts.noDefaultExcludes, "no-default-excludes", false, "protect engine scratch paths too ("+strings.Join(statedir.DefaultExcludes, ", ")+")")
 	f.StringArrayVarP(&opts.options, "options", "o", nil, "mount `OPTS`, comma separated (allow_other implies default_permissions)")
 	f.BoolVar(&opts.daemon, "daemon", false, "run in the background; return once the mount is ready")
-	f.BoolVar(&opts.debug, "debug", false, "log every FUSE request to stderr")
+	f.BoolVar(&opts.debug, "debug", false, "log every FUSE request (implies --log-level debug)")
 	opts.journalReserve = journal.DefaultReserve
 	f.Var(&opts.journalReserve, "journal-reserve", "space kept allocated for the journal; changes are refused (ENOSPC) while it cannot be kept")
+	opts.log.Register(f)
 	return cmd
 }
 
@@ -200,10 +203,14 @@ func runMount(ctx context.Context, g *globalOptions, opts mountOptions, args []s
 	if err != nil {
 		return err
 	}
+	if opts.debug {
+		opts.log.Level = cli.LogLevel(slog.LevelDebug) // the FUSE requests are debug lines
+	}
 	if opts.daemon {
 		return runMountDaemon(ctx, g, opts, plan)
 	}
-	return runMountForeground(ctx, g, plan)
+	plan.cfg.Logger = opts.log.Logger(g.stderr)
+	return runMountForeground(ctx, plan)
 }
 
 // openMountJournal opens the journal for writing. The lock says whether
@@ -232,8 +239,9 @@ func openMountJournal(ctx context.Context, plan mountPlan) (*journal.Log, error)
 	return j, nil
 }
 
-func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (err error) {
+func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 	cfg := plan.cfg
+	log := cfg.Logger
 	j, err := openMountJournal(ctx, plan)
 	if err != nil {
 		return err
@@ -260,7 +268,7 @@ func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (
 		return fmt.Errorf("recovery fsck: %w", err)
 	}
 	if !rep.Clean() {
-		fmt.Fprintf(g.stderr, "cmfs: recovery fsck: %s\n", summarize(rep))
+		log.Warn("recovery fsck", slog.String("found", summarize(rep)))
 	}
 
 	if err := statedir.WriteRecord(cfg.State, statedir.Record{
@@ -280,7 +288,7 @@ func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (
 	server, rec, err := fusefs.Mount(plan.mountpoint, cfg, j, store)
 	if f := rec.Findings(cfg.State); f != "" {
 		// What recovery found is for the operator (--daemon copies it).
-		fmt.Fprintf(g.stderr, "cmfs: recovery: %s\n", f)
+		log.Warn("recovery", slog.Int("journaled", rec.Journaled), slog.Int("damaged", rec.Damaged), slog.String("found", f))
 	}
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", plan.mountpoint, err)
@@ -311,9 +319,8 @@ func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (
 		return err
 	}
 
-	if cfg.Debug {
-		fmt.Fprintf(g.stderr, "cmfs: mounted %s on %s (state %s, pid %d)\n", cfg.Backing, plan.mountpoint, cfg.State, os.Getpid())
-	}
+	log.Debug("mounted", slog.String("backing", cfg.Backing), slog.String("mountpoint", plan.mountpoint),
+		slog.String("state", cfg.State), slog.Int("pid", os.Getpid()))
 	unmounted := make(chan struct{})
 	go func() {
 		server.Wait()
@@ -324,18 +331,16 @@ func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (
 	for {
 		select {
 		case <-unmounted:
-			if cfg.Debug {
-				fmt.Fprintf(g.stderr, "cmfs: %s unmounted\n", plan.mountpoint)
-			}
+			log.Debug("unmounted", slog.String("mountpoint", plan.mountpoint))
 			return nil
 		case <-signalled:
 			signalled = nil
 			if err := server.Unmount(); err != nil {
-				lazyUnmount(g, plan.mountpoint, err)
+				lazyUnmount(log, plan.mountpoint, err)
 			}
 		case <-ctlStopped:
 			// The mount keeps protecting; only the sidecar access is gone.
-			fmt.Fprintf(g.stderr, "cmfs: control socket stopped: %v\n", ctlErr)
+			log.Error("control socket stopped; the mount goes on protecting", slog.Any("err", ctlErr))
 			ctlStopped = nil
 		}
 	}
@@ -343,13 +348,13 @@ func runMountForeground(ctx context.Context, g *globalOptions, plan mountPlan) (
 
 // lazyUnmount detaches a mount that is busy; the kernel ends it when the
 // last open file closes, and Wait returns then.
-func lazyUnmount(g *globalOptions, mnt string, cause error) {
+func lazyUnmount(log *slog.Logger, mnt string, cause error) {
 	out, err := exec.Command("fusermount3", "-u", "-z", mnt).CombinedOutput()
 	if err != nil {
-		fmt.Fprintf(g.stderr, "cmfs: unmount %s: %v; fusermount3 -u -z: %s\n", mnt, cause, firstLine(out, err))
+		log.Error("unmount", slog.String("mountpoint", mnt), slog.Any("err", cause), slog.String("fusermount3", firstLine(out, err)))
 		return
 	}
-	fmt.Fprintf(g.stderr, "cmfs: %s is busy (%v); detached it, waiting for open files to close (interrupt again to quit)\n", mnt, cause)
+	log.Warn("busy: detached it, waiting for open files to close (interrupt again to quit)", slog.String("mountpoint", mnt), slog.Any("err", cause))
 }
 
 // errControlExited says the control server ended before it answered.
@@ -390,6 +395,7 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 	cfg := plan.cfg
 	args := []string{"mount", "--state", cfg.State, "--cmroot", cfg.CMRoot, "--retain", cfg.Retain.String(),
 		"--journal-reserve", strconv.FormatInt(cfg.JournalReserve, 10)}
+	args = append(args, opts.log.Args()...)
 	if opts.noDefaultExcludes {
 		args = append(args, "--no-default-excludes")
 	}

@@ -51,6 +51,8 @@ func TestBadInput(t *testing.T) {
 		{"unknown flag", []string{"mount", "--bogus", backing, mnt}, "unknown flag: --bogus"},
 		{"bad duration", []string{"mount", "--retain", "soon", backing, mnt}, `invalid argument "soon"`},
 		{"zero retain", []string{"mount", "--retain", "0s", backing, mnt}, "must be positive"},
+		{"bad log format", []string{"mount", "--log-format", "xml", backing, mnt}, `invalid argument "xml" for "--log-format" flag: want text or json`},
+		{"bad log level", []string{"mount", "--log-level", "loud", backing, mnt}, `invalid argument "loud" for "--log-level" flag: want debug, info, warn or error`},
 		{"bad exclude", []string{"mount", "--exclude", "a/b", backing, mnt}, "not a glob of one path component"},
 		{"mount no args", []string{"mount"}, "need BACKING and MOUNTPOINT"},
 		{"mount one arg", []string{"mount", backing}, "need BACKING and MOUNTPOINT"},

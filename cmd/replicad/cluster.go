@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,7 +22,7 @@ const clusterStoreFile = "cluster.db"
 // node's heartbeat agent. It must run before the server serves. It
 // returns the words for serve's "listening on" line.
 func startCluster(ctx context.Context, g *globalOptions, opts serveOptions, node *peer.Server, cs *container.Store, volume, listen, nodeID string, wg *sync.WaitGroup) (string, error) {
-	log := slog.New(slog.NewTextHandler(g.stderr, nil)).With("self", nodeID)
+	log := opts.log.Logger(g.stderr).With("self", nodeID)
 	var desc []string
 	join := opts.join
 	if opts.coordinator {

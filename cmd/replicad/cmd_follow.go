@@ -5,14 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cmfs-project/cmfs/internal/cli"
+	"github.com/cmfs-project/cmfs/internal/metricsrv"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 	"github.com/cmfs-project/cmfs/slot"
@@ -28,6 +28,7 @@ type followOptions struct {
 	noSlot   bool
 	wait     time.Duration
 	creds    credFlags
+	log      cli.LogFlags
 }
 
 func newFollowCmd(g *globalOptions) *cobra.Command {
@@ -55,7 +56,7 @@ could not find, a disk full at the target, anything — never ends it: it
 is retried with backoff (250ms doubling to 10s; to 1m for errors a retry
 is unlikely to fix soon: a gap, another source, a malformed dump, content
 found nowhere), the target staying at the last event applied. Each
-failure is a line on stderr (once per distinct error, and at the 2nd,
+failure is a warning in the log on stderr (once per distinct error, and at the 2nd,
 4th, 8th… in a row), counts in the metrics, and shows in 'replicad
 status --target' while it lasts. SIGINT or SIGTERM stop it between or
 within rounds, leaving the target at the last event
@@ -94,6 +95,7 @@ long for it first.`,
 	f.BoolVar(&opts.noSlot, "no-slot", false, "follow without a replication slot")
 	f.DurationVar(&opts.wait, "wait", 0, "wait this long for another loader of the target (default: refuse at once)")
 	opts.creds.register(f, "client", "")
+	opts.log.Register(f)
 	return cmd
 }
 
@@ -142,7 +144,7 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	f, err := repl.NewFollower(ctx, repl.FollowConfig{
 		Source: followSource{client, target, opts.source}, Addr: opts.source, Target: target, Slot: slotName,
 		Interval: opts.interval, Batch: followBatch, Wait: opts.wait,
-		Metrics: ui, Logf: ui.say, Classify: classify,
+		Metrics: ui, Logger: opts.log.Logger(ui), Classify: classify,
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -157,24 +159,11 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if opts.metrics != "" {
-		lis, err := net.Listen("tcp", opts.metrics)
+		lis, err := metricsrv.Listen(opts.metrics)
 		if err != nil {
-			return fmt.Errorf("metrics: listen %s: %w", opts.metrics, unwrapOp(err))
+			return err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", ui.m.handler())
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			hs.Serve(lis) // ends with Shutdown below
-		}()
-		context.AfterFunc(ctx, func() {
-			sctx, c := context.WithTimeout(context.Background(), time.Second)
-			defer c()
-			hs.Shutdown(sctx)
-		})
-		fmt.Fprintf(g.stdout, "metrics on http://%s/metrics\n", lis.Addr())
+		fmt.Fprintf(g.stdout, "metrics on http://%s/metrics\n", metricsrv.Serve(ctx, &wg, lis, ui.m.handler()))
 	}
 	if slotName != "" {
 		fmt.Fprintf(g.stdout, "following %s into %s (slot %q)\n", opts.source, target, slotName)
@@ -243,7 +232,8 @@ func (s followSource) Confirm(ctx context.Context, slotName string, pos uint64) 
 }
 
 // followUI is what a follow shows: its metrics (repl.FollowMetrics), its
-// lines on stderr and, on a terminal, a progress line.
+// log on stderr (it is the log's io.Writer) and, on a terminal, a
+// progress line.
 type followUI struct {
 	stderr io.Writer
 	addr   string
@@ -294,15 +284,15 @@ func (u *followUI) progress() {
 	u.line = true
 }
 
-// say prints a line on stderr, after ending an open progress line.
-func (u *followUI) say(format string, args ...any) {
+// Write writes a log line on stderr, after ending an open progress line.
+func (u *followUI) Write(p []byte) (int, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.line {
 		fmt.Fprintln(u.stderr)
 		u.line = false
 	}
-	fmt.Fprintf(u.stderr, "replicad: "+format+"\n", args...)
+	return u.stderr.Write(p)
 }
 
 // endLine ends an open progress line.

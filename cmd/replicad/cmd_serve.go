@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,6 +24,7 @@ import (
 	"github.com/cmfs-project/cmfs/ingest"
 	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/cli"
+	"github.com/cmfs-project/cmfs/internal/metricsrv"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/peer"
@@ -53,6 +54,7 @@ type serveOptions struct {
 	streamIdle    time.Duration
 	streamDead    time.Duration
 	streamRate    cli.ByteRate
+	log           cli.LogFlags
 
 	// The cluster: a coordinator, and the nodes that join it.
 	coordinator  bool
@@ -185,6 +187,7 @@ closes the open container and exits 0.`,
 	f.IntVar(&opts.maintRedund, "maintenance-remaining-redundancy", cluster.DefaultMaintenanceRemainingRedundancy, "with --coordinator, copies beyond one that stay in service while others are in maintenance")
 	f.StringVar(&opts.clusterStore, "cluster-store", "", "with --coordinator, the cluster state `FILE` (default: VOLUME/cluster.db of the first --volume)")
 	f.DurationVar(&opts.cmdTimeout, "command-timeout", cluster.DefaultTimeout, "with --coordinator, how long a replicate or delete may take before it is sent again")
+	opts.log.Register(f)
 	return cmd
 }
 
@@ -276,7 +279,8 @@ func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error
 	if err != nil {
 		return err
 	}
-	srv, err := source.NewServer(source.Config{Backing: m.backing, State: m.state, CMRoot: m.cmroot, Token: token})
+	logger := opts.log.Logger(g.stderr)
+	srv, err := source.NewServer(source.Config{Backing: m.backing, State: m.state, CMRoot: m.cmroot, Token: token, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -295,36 +299,23 @@ func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error
 	}
 	lis, err := net.Listen("tcp", opts.listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", opts.listen, unwrapOp(err))
+		return fmt.Errorf("listen %s: %w", opts.listen, cli.UnwrapOp(err))
 	}
 	cfg := srv.Config()
 	metrics := ""
 	if opts.metrics != "" {
-		mlis, err := net.Listen("tcp", opts.metrics)
+		mlis, err := metricsrv.Listen(opts.metrics)
 		if err != nil {
 			lis.Close()
-			return fmt.Errorf("metrics: listen %s: %w", opts.metrics, unwrapOp(err))
+			return err
 		}
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(&slotCollector{src: srv}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		var wg sync.WaitGroup
 		defer wg.Wait()
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			hs.Serve(mlis) // ends with Shutdown below
-		}()
-		context.AfterFunc(ctx, func() {
-			sctx, c := context.WithTimeout(context.Background(), time.Second)
-			defer c()
-			hs.Shutdown(sctx)
-		})
-		metrics = fmt.Sprintf(", metrics http://%s/metrics", mlis.Addr())
+		metrics = fmt.Sprintf(", metrics http://%s/metrics", metricsrv.Serve(ctx, &wg, mlis, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	}
 	fmt.Fprintf(g.stdout, "listening on %s (warehouse %s, state %s, source %s, token %s%s)\n", lis.Addr(), cfg.Backing, cfg.State, cfg.SourceID, tokenFile, metrics)
 	return srv.Serve(ctx, lis)
@@ -361,16 +352,17 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 	// Listen first: an address in use fails before a volume is created.
 	lis, err := net.Listen("tcp", opts.listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", opts.listen, unwrapOp(err))
+		return fmt.Errorf("listen %s: %w", opts.listen, cli.UnwrapOp(err))
 	}
 	defer lis.Close() // Serve closes it; this is for the failures before
 	var mlis net.Listener
 	if opts.metrics != "" {
-		if mlis, err = net.Listen("tcp", opts.metrics); err != nil {
-			return fmt.Errorf("metrics: listen %s: %w", opts.metrics, unwrapOp(err))
+		if mlis, err = metricsrv.Listen(opts.metrics); err != nil {
+			return err
 		}
 		defer mlis.Close()
 	}
+	logger := opts.log.Logger(g.stderr)
 	volumes := make([]string, len(opts.volumes))
 	for i, v := range opts.volumes {
 		// Created if missing, but not its parents: a mistyped path fails.
@@ -410,6 +402,7 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 		StreamIdleTimeout: opts.streamIdle,
 		StreamDeadline:    opts.streamDead,
 		StreamMinRate:     int64(opts.streamRate),
+		Logger:            logger,
 	})
 	if err != nil {
 		return err
@@ -422,7 +415,7 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 
 	var src *source.Server
 	if m.backing != "" {
-		if src, err = source.NewServer(source.Config{Backing: m.backing, State: m.state, CMRoot: m.cmroot}); err != nil {
+		if src, err = source.NewServer(source.Config{Backing: m.backing, State: m.state, CMRoot: m.cmroot, Logger: logger}); err != nil {
 			return err
 		}
 		defer src.Close()
@@ -440,7 +433,7 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 			Cursor:      filepath.Join(m.state, statedir.IngestCursorFile),
 			Idle:        opts.ingestIdle,
 			Replication: opts.ingestRepl,
-			Logf:        func(format string, args ...any) { fmt.Fprintf(g.stderr, "replicad: "+format+"\n", args...) },
+			Logger:      logger,
 		})
 		if err != nil {
 			return err
@@ -471,26 +464,13 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 		desc = append(desc, "mTLS")
 	}
 	if mlis != nil {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", node.Metrics())
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			hs.Serve(mlis) // ends with Shutdown below
-		}()
-		context.AfterFunc(ctx, func() {
-			sctx, c := context.WithTimeout(context.Background(), time.Second)
-			defer c()
-			hs.Shutdown(sctx)
-		})
-		desc = append(desc, fmt.Sprintf("metrics http://%s/metrics", mlis.Addr()))
+		desc = append(desc, fmt.Sprintf("metrics http://%s/metrics", metricsrv.Serve(ctx, &wg, mlis, node.Metrics())))
 	}
 	if feed != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			feed.Run(ctx, ingestPoll) // reports through Logf; nil when ctx ends
+			feed.Run(ctx, ingestPoll) // reports through the logger; nil when ctx ends
 		}()
 	}
 	if opts.coordinator || len(opts.join) > 0 {
@@ -502,7 +482,8 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 	}
 	fmt.Fprintf(g.stdout, "listening on %s (%s)\n", lis.Addr(), strings.Join(desc, "; "))
 	if !tc.Enabled() {
-		fmt.Fprintf(g.stderr, "replicad: no TLS (--tls-cert, --tls-key, --tls-ca): serving and dialing loopback addresses only, to clients that give --token-file %s\n", tokenFile)
+		logger.Warn("no TLS (--tls-cert, --tls-key, --tls-ca): serving and dialing loopback addresses only, to clients that give --token-file",
+			slog.String("token_file", tokenFile))
 	}
 	err = node.Serve(ctx, lis)
 	cancel()
@@ -518,14 +499,4 @@ func hostPort(addr string) bool {
 	}
 	p, err := strconv.ParseUint(port, 10, 16)
 	return err == nil && p != 0
-}
-
-// unwrapOp drops the *net.OpError wrapper whose address the caller's
-// message already names.
-func unwrapOp(err error) error {
-	var oe *net.OpError
-	if errors.As(err, &oe) {
-		return oe.Err
-	}
-	return err
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -116,4 +117,14 @@ func Bytes(n int64) string {
 		return fmt.Sprintf("%d bytes", n)
 	}
 	return fmt.Sprintf("%d bytes (%s)", n, ShortBytes(n))
+}
+
+// UnwrapOp drops the *net.OpError wrapper whose address the caller's
+// message already names.
+func UnwrapOp(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return oe.Err
+	}
+	return err
 }
