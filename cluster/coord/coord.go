@@ -396,7 +396,9 @@ func (c *Coordinator) Heartbeat(b Beat) (Reply, error) {
 		return Reply{}, err
 	}
 	for _, cmd := range c.sortedCommands() {
-		if cmd.Node == id && !cmd.sent {
+		// One the reports show done (a coordinator resumed from the
+		// store before its cycle forgot it) is not sent again.
+		if cmd.Node == id && !cmd.sent && !c.done(cmd) {
 			cmd.sent = true
 			reply.Commands = append(reply.Commands, cmd.Command)
 		}
