@@ -245,6 +245,11 @@ func (c *Coordinator) Cycle() error {
 	for id, cmd := range c.commands {
 		if c.done(cmd) {
 			finished = append(finished, id)
+		} else if n := c.nodes[cmd.Node]; n != nil && n.health == cluster.Dead {
+			// Its node will neither run it nor report it: Decide
+			// issues it again from a node alive.
+			c.cfg.Log.Warn("command dropped: its node is DEAD", "command", cmd.Command.Command.String(), "node", cmd.Node)
+			finished = append(finished, id)
 		}
 	}
 	if err := c.forget(finished); err != nil {
