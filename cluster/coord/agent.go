@@ -7,9 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/cmfs-project/cmfs/api/clusterpb"
 	"github.com/cmfs-project/cmfs/cluster"
@@ -64,7 +69,8 @@ type Agent struct {
 	cfg AgentConfig
 
 	// Owned by Run's goroutine.
-	coord    int // index into Coordinators of the one dialed
+	coord    int    // index into Coordinators of the one dialed
+	leader   string // the leader a standby named, dialed instead; "": none
 	client   clusterpb.CoordinatorClient
 	closer   io.Closer
 	sent     map[uint64]replicaKey // as the coordinator last accepted
@@ -73,8 +79,12 @@ type Agent struct {
 
 	mu      sync.Mutex
 	running map[uint64]bool // command ids under way
-	results []*clusterpb.CommandResult
-	wg      sync.WaitGroup
+	// finished are the results of the commands run, by id: one sent
+	// again (a new leader resumed it from the store) is answered, not
+	// run a second time.
+	finished map[uint64]*clusterpb.CommandResult
+	results  []*clusterpb.CommandResult
+	wg       sync.WaitGroup
 }
 
 // replicaKey is what a report says of a replica, to find what changed.
@@ -95,7 +105,7 @@ func NewAgent(cfg AgentConfig) (*Agent, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Agent{cfg: cfg, running: make(map[uint64]bool), wantFull: true}, nil
+	return &Agent{cfg: cfg, running: make(map[uint64]bool), finished: make(map[uint64]*clusterpb.CommandResult), wantFull: true}, nil
 }
 
 // Run heartbeats every Interval until ctx ends, and waits for the
@@ -132,13 +142,22 @@ func (a *Agent) Run(ctx context.Context) {
 }
 
 // Beat sends one heartbeat and starts the commands it brings back. A
-// coordinator that fails it is left for the next one in the list.
+// coordinator that fails it is left for the next one in the list; a
+// standby that names the leader, for the leader, at once.
 func (a *Agent) Beat(ctx context.Context) error {
+	err := a.beat(ctx)
+	if errors.Is(err, ErrStandby) && a.leader != "" {
+		err = a.beat(ctx)
+	}
+	return err
+}
+
+func (a *Agent) beat(ctx context.Context) error {
 	addr := a.cfg.Node.Addr()
 	if addr == "" {
 		return nil // not serving yet: nothing a peer could dial
 	}
-	coord := a.cfg.Coordinators[a.coord]
+	coord := cmp.Or(a.leader, a.cfg.Coordinators[a.coord])
 	if a.client == nil {
 		c, err := a.cfg.Node.Dial(ctx, coord)
 		if err != nil {
@@ -152,15 +171,20 @@ func (a *Agent) Beat(ctx context.Context) error {
 	req.Results, a.results = a.results, nil
 	a.mu.Unlock()
 	bctx, cancel := context.WithTimeout(ctx, max(a.cfg.Interval, 5*time.Second))
-	resp, err := a.client.Heartbeat(bctx, req)
+	var trailer metadata.MD
+	resp, err := a.client.Heartbeat(bctx, req, grpc.Trailer(&trailer))
 	cancel()
 	if err != nil {
 		a.mu.Lock()
 		a.results = append(req.Results, a.results...)
 		a.mu.Unlock()
 		a.wantFull = true
+		err = FromStatus(err)
 		a.next()
-		return fmt.Errorf("heartbeat to %s: %w", coord, FromStatus(err))
+		if l := trailer.Get(LeaderTrailer); errors.Is(err, ErrStandby) && len(l) == 1 && l[0] != coord {
+			a.leader = l[0]
+		}
+		return fmt.Errorf("heartbeat to %s: %w", coord, err)
 	}
 	a.sent, a.beats, a.wantFull = now, a.beats+1, resp.SendFull
 	a.cfg.Node.SetDecommissioning(resp.OpState == cluster.Decommissioning.String())
@@ -170,12 +194,17 @@ func (a *Agent) Beat(ctx context.Context) error {
 	return nil
 }
 
-// next drops the connection and moves to the next coordinator.
+// next drops the connection and moves to the next coordinator: the
+// next in the list, unless a leader was dialed.
 func (a *Agent) next() {
 	if a.closer != nil {
 		a.closer.Close()
 	}
 	a.client, a.closer = nil, nil
+	if a.leader != "" {
+		a.leader = ""
+		return
+	}
 	a.coord = (a.coord + 1) % len(a.cfg.Coordinators)
 }
 
@@ -214,7 +243,10 @@ func (a *Agent) report(addr string) (*clusterpb.HeartbeatRequest, map[uint64]rep
 // start runs a command in the background, once however often it comes.
 func (a *Agent) start(ctx context.Context, cmd *clusterpb.Command) {
 	a.mu.Lock()
-	if a.running[cmd.Id] {
+	if res := a.finished[cmd.Id]; res != nil {
+		a.results = append(a.results, res)
+	}
+	if a.running[cmd.Id] || a.finished[cmd.Id] != nil {
 		a.mu.Unlock()
 		return
 	}
@@ -234,8 +266,25 @@ func (a *Agent) start(ctx context.Context, cmd *clusterpb.Command) {
 		a.mu.Lock()
 		delete(a.running, cmd.Id)
 		a.results = append(a.results, res)
+		a.remember(res)
 		a.mu.Unlock()
 	}()
+}
+
+// keepFinished is how many results remember keeps: ids grow, so the
+// oldest, long forgotten by any coordinator, go first.
+const keepFinished = 4096
+
+// remember keeps res in a.finished. a.mu is held.
+func (a *Agent) remember(res *clusterpb.CommandResult) {
+	a.finished[res.CommandId] = res
+	if len(a.finished) <= keepFinished {
+		return
+	}
+	ids := slices.Sorted(maps.Keys(a.finished))
+	for _, id := range ids[:len(ids)-keepFinished/2] {
+		delete(a.finished, id)
+	}
 }
 
 func (a *Agent) run(ctx context.Context, cmd *clusterpb.Command) error {

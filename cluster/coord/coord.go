@@ -245,6 +245,11 @@ func (c *Coordinator) Cycle() error {
 	for id, cmd := range c.commands {
 		if c.done(cmd) {
 			finished = append(finished, id)
+		} else if n := c.nodes[cmd.Node]; n != nil && n.health == cluster.Dead {
+			// Its node will neither run it nor report it: Decide
+			// issues it again from a node alive.
+			c.cfg.Log.Warn("command dropped: its node is DEAD", "command", cmd.Command.Command.String(), "node", cmd.Node)
+			finished = append(finished, id)
 		}
 	}
 	if err := c.forget(finished); err != nil {
@@ -396,7 +401,9 @@ func (c *Coordinator) Heartbeat(b Beat) (Reply, error) {
 		return Reply{}, err
 	}
 	for _, cmd := range c.sortedCommands() {
-		if cmd.Node == id && !cmd.sent {
+		// One the reports show done (a coordinator resumed from the
+		// store before its cycle forgot it) is not sent again.
+		if cmd.Node == id && !cmd.sent && !c.done(cmd) {
 			cmd.sent = true
 			reply.Commands = append(reply.Commands, cmd.Command)
 		}

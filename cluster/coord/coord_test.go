@@ -181,3 +181,37 @@ func TestCoordinatorOpState(t *testing.T) {
 		})
 	}
 }
+
+// TestCoordinatorDropsDeadCarrier: a replicate whose source node dies
+// before it reports is not waited for until its deadline: the next cycle
+// drops it and sends the copy from a node alive.
+func TestCoordinatorDropsDeadCarrier(t *testing.T) {
+	clk := &clock{t: time.Unix(1000, 0)}
+	c := newCoord(t, filepath.Join(t.TempDir(), "cluster.db"), clk)
+	beat(t, c, "n1", true, closed(7))
+	beat(t, c, "n2", true, closed(7))
+	beat(t, c, "n3", true)
+	if err := c.Cycle(); err != nil {
+		t.Fatal(err)
+	}
+	r := beat(t, c, "n1", false)
+	if len(r.Commands) != 1 || r.Commands[0].Target != "n3" {
+		t.Fatalf("n1 got %+v, want one replicate to n3", r.Commands)
+	}
+	// n1 dies with it: n2 and n3 beat on, n1 does not.
+	for range 3 {
+		clk.add(10 * time.Second)
+		beat(t, c, "n2", false)
+		beat(t, c, "n3", false)
+	}
+	if err := c.Cycle(); err != nil {
+		t.Fatal(err)
+	}
+	r = beat(t, c, "n2", false)
+	if len(r.Commands) != 1 || r.Commands[0].Target != "n3" || r.Commands[0].Container != 7 {
+		t.Fatalf("after n1 died n2 got %+v, want the replicate of 7 to n3", r.Commands)
+	}
+	if st := c.Status(); st.Pending != 1 {
+		t.Errorf("%d commands pending, want 1 (n1's dropped)", st.Pending)
+	}
+}

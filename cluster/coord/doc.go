@@ -18,7 +18,8 @@
 //
 // Every RMInterval a cycle (Cycle, which tests call directly) takes the
 // commands whose effect a node has reported as done (the replica appears
-// on the target; the deleted one is gone), builds a cluster.State,
+// on the target; the deleted one is gone) and drops those of a DEAD
+// node, builds a cluster.State,
 // calls cluster.Decide, applies its transitions, drops the expired and
 // failed commands (Decide issues them again if still needed) and records
 // the new ones as pending, for their node's next heartbeat. A replicate

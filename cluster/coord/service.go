@@ -2,10 +2,14 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/cmfs-project/cmfs/api/clusterpb"
 	"github.com/cmfs-project/cmfs/cluster"
@@ -19,9 +23,18 @@ import (
 // client's credential.
 var ErrUnauthenticated = auth.ErrUnauthenticated
 
+// ErrStandby is wrapped when a standby coordinator refuses a call: it
+// does not lead. The reply's LeaderTrailer names the leader.
+var ErrStandby = errors.New("standby coordinator")
+
+// LeaderTrailer is the trailer in which a standby names the leader's
+// address ("" while none leads).
+const LeaderTrailer = "cmfs-leader"
+
 // errorCodes is how the service's errors travel.
 var errorCodes = rpcerr.Map{
 	{Err: ErrInvalid, Code: codes.InvalidArgument},
+	{Err: ErrStandby, Code: codes.FailedPrecondition},
 	{Err: ErrNotFound, Code: codes.NotFound},
 	{Err: auth.ErrUnauthenticated, Code: codes.Unauthenticated},
 	// A coordinator that cannot be reached, as peer says of a node.
@@ -36,11 +49,41 @@ func FromStatus(err error) error { return errorCodes.FromStatus(err) }
 // it with clusterpb.RegisterCoordinatorServer.
 type Service struct {
 	clusterpb.UnimplementedCoordinatorServer
-	c *Coordinator
+	c      atomic.Pointer[Coordinator] // nil: standing by
+	leader func(context.Context) (string, error)
 }
 
 // NewService serves c.
-func NewService(c *Coordinator) *Service { return &Service{c: c} }
+func NewService(c *Coordinator) *Service {
+	s := &Service{}
+	s.c.Store(c)
+	return s
+}
+
+// NewStandbyService serves no coordinator until Lead: meanwhile every
+// call is refused with ErrStandby, naming the address leader returns.
+func NewStandbyService(leader func(context.Context) (string, error)) *Service {
+	return &Service{leader: leader}
+}
+
+// Lead serves c from now on; nil: stand by again.
+func (s *Service) Lead(c *Coordinator) { s.c.Store(c) }
+
+// coord returns the coordinator serving, or the standby's refusal.
+func (s *Service) coord(ctx context.Context) (*Coordinator, error) {
+	if c := s.c.Load(); c != nil {
+		return c, nil
+	}
+	leader := ""
+	if s.leader != nil {
+		leader, _ = s.leader(ctx) // unknown: the client tries another
+	}
+	grpc.SetTrailer(ctx, metadata.Pairs(LeaderTrailer, leader))
+	if leader == "" {
+		return nil, errorCodes.ToStatus(fmt.Errorf("%w: no coordinator leads yet", ErrStandby))
+	}
+	return nil, errorCodes.ToStatus(fmt.Errorf("%w: the leader is %s", ErrStandby, leader))
+}
 
 func nanos(t time.Time) int64 {
 	if t.IsZero() {
@@ -58,6 +101,10 @@ func fromNanos(n int64) time.Time {
 
 // Heartbeat implements clusterpb.CoordinatorServer.
 func (s *Service) Heartbeat(ctx context.Context, req *clusterpb.HeartbeatRequest) (*clusterpb.HeartbeatResponse, error) {
+	c, err := s.coord(ctx)
+	if err != nil {
+		return nil, err
+	}
 	b := Beat{
 		Node:     store.Node{ID: cluster.NodeID(req.NodeId), Addr: req.Addr, Rack: req.Rack},
 		InFlight: int(req.InFlight),
@@ -80,26 +127,26 @@ func (s *Service) Heartbeat(ctx context.Context, req *clusterpb.HeartbeatRequest
 	for _, r := range req.Results {
 		b.Results = append(b.Results, Result{Command: r.CommandId, Err: r.Error})
 	}
-	reply, err := s.c.Heartbeat(b)
+	reply, err := c.Heartbeat(b)
 	if err != nil {
 		return nil, errorCodes.ToStatus(err)
 	}
 	resp := &clusterpb.HeartbeatResponse{SendFull: reply.SendFull, OpState: reply.OpState.String()}
-	s.c.mu.Lock()
+	c.mu.Lock()
 	for _, cmd := range reply.Commands {
-		resp.Commands = append(resp.Commands, s.commandToPB(cmd))
+		resp.Commands = append(resp.Commands, commandToPB(c, cmd))
 	}
-	s.c.mu.Unlock()
+	c.mu.Unlock()
 	return resp, nil
 }
 
 // commandToPB resolves the command's target to its address. c.mu is held.
-func (s *Service) commandToPB(cmd store.Command) *clusterpb.Command {
+func commandToPB(c *Coordinator, cmd store.Command) *clusterpb.Command {
 	pb := &clusterpb.Command{
 		Id: cmd.ID, ContainerId: uint64(cmd.Container), TargetNode: string(cmd.Target),
 		Priority: int32(cmd.Priority), Deadline: nanos(cmd.Deadline),
 	}
-	if n := s.c.nodes[cmd.Target]; n != nil {
+	if n := c.nodes[cmd.Target]; n != nil {
 		pb.TargetAddr = n.Addr
 	}
 	switch cmd.Kind {
@@ -147,8 +194,12 @@ func nodeToPB(n NodeStatus) *clusterpb.NodeInfo {
 
 // Nodes implements clusterpb.CoordinatorServer.
 func (s *Service) Nodes(ctx context.Context, _ *clusterpb.NodesRequest) (*clusterpb.NodesResponse, error) {
+	c, err := s.coord(ctx)
+	if err != nil {
+		return nil, err
+	}
 	resp := &clusterpb.NodesResponse{}
-	for _, n := range s.c.Nodes() {
+	for _, n := range c.Nodes() {
 		resp.Nodes = append(resp.Nodes, nodeToPB(n))
 	}
 	return resp, nil
@@ -156,7 +207,11 @@ func (s *Service) Nodes(ctx context.Context, _ *clusterpb.NodesRequest) (*cluste
 
 // Containers implements clusterpb.CoordinatorServer.
 func (s *Service) Containers(ctx context.Context, _ *clusterpb.ContainersRequest) (*clusterpb.ContainersResponse, error) {
-	cs, err := s.c.Containers()
+	co, err := s.coord(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := co.Containers()
 	if err != nil {
 		return nil, errorCodes.ToStatus(err)
 	}
@@ -190,7 +245,11 @@ func (s *Service) SetOpState(ctx context.Context, req *clusterpb.SetOpStateReque
 	if err != nil {
 		return nil, errorCodes.ToStatus(err)
 	}
-	n, err := s.c.SetOpState(cluster.NodeID(req.Node), to, fromNanos(req.MaintenanceEnd))
+	c, err := s.coord(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n, err := c.SetOpState(cluster.NodeID(req.Node), to, fromNanos(req.MaintenanceEnd))
 	if err != nil {
 		return nil, errorCodes.ToStatus(err)
 	}
@@ -199,7 +258,11 @@ func (s *Service) SetOpState(ctx context.Context, req *clusterpb.SetOpStateReque
 
 // Status implements clusterpb.CoordinatorServer.
 func (s *Service) Status(ctx context.Context, _ *clusterpb.StatusRequest) (*clusterpb.StatusResponse, error) {
-	st := s.c.Status()
+	c, err := s.coord(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := c.Status()
 	resp := &clusterpb.StatusResponse{
 		Pending: int64(st.Pending), LastCycle: nanos(st.LastCycle), LastCycleDuration: int64(st.LastCycleDuration),
 		Leader: st.Leader, Nodes: int32(st.Nodes), Containers: int32(st.Containers), Waiting: int64(st.Decision.Waiting),

@@ -24,7 +24,13 @@ func open(t *testing.T, path string) *Bolt {
 // resumes from.
 func TestBoltSurvivesReopen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cluster.db")
-	b := open(t, path)
+	testSurvivesReopen(t, func() Store { return open(t, path) })
+}
+
+// testSurvivesReopen is TestBoltSurvivesReopen on any store: reopen
+// returns a new Store on the same state.
+func testSurvivesReopen(t *testing.T, reopen func() Store) {
+	b := reopen()
 	end := time.Unix(1700000000, 0).UTC()
 	nodes := []Node{
 		{ID: "dn1", Addr: "127.0.0.1:1", Rack: "r1", FreeBytes: 10},
@@ -70,7 +76,7 @@ func TestBoltSurvivesReopen(t *testing.T) {
 	}
 	b.Close()
 
-	got, err := open(t, path).Load()
+	got, err := reopen().Load()
 	if err != nil {
 		t.Fatal(err)
 	}

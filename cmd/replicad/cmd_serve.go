@@ -66,6 +66,7 @@ type serveOptions struct {
 	maintRedund  int
 	clusterStore string
 	cmdTimeout   time.Duration
+	leaderLease  time.Duration
 
 	// changed says whether a flag was given (nil: none was).
 	changed func(name string) bool
@@ -121,6 +122,12 @@ use), in push mode or, with --push=false, pull mode. --join ADDR[,ADDR...]
 makes the node heartbeat to the coordinator(s) every --heartbeat and carry
 out their commands; a coordinator without --join heartbeats to itself.
 'replicad admin' reads and changes the cluster.
+
+With --cluster-store etcd://HOST:PORT[,HOST:PORT...] the cluster is kept
+in etcd, and several nodes may be --coordinator: one leads (an etcd
+election, on a lease of --leader-lease), the others stand by, send their
+callers to the leader, and one of them takes over when the leader's lease
+ends. Give every node all the coordinators in --join.
 
 A stream this node serves or reads (push, put, download, get, a pull's
 download) is cut when its peer sends or takes nothing for
@@ -185,7 +192,8 @@ closes the open container and exits 0.`,
 	f.DurationVar(&opts.deadAfter, "dead-after", coord.DefaultDeadAfter, "with --coordinator, a node without a heartbeat for this long is DEAD (its replicas are copied again)")
 	f.DurationVar(&opts.rmInterval, "rm-interval", coord.DefaultRMInterval, "with --coordinator, the time between replication manager cycles")
 	f.IntVar(&opts.maintRedund, "maintenance-remaining-redundancy", cluster.DefaultMaintenanceRemainingRedundancy, "with --coordinator, copies beyond one that stay in service while others are in maintenance")
-	f.StringVar(&opts.clusterStore, "cluster-store", "", "with --coordinator, the cluster state `FILE` (default: VOLUME/cluster.db of the first --volume)")
+	f.StringVar(&opts.clusterStore, "cluster-store", "", "with --coordinator, the cluster state `FILE` (default: VOLUME/cluster.db of the first --volume), or etcd://HOST:PORT[,HOST:PORT...]")
+	f.DurationVar(&opts.leaderLease, "leader-lease", defaultLeaderLease, "with --cluster-store etcd://..., how long a dead leader keeps leading (whole seconds)")
 	f.DurationVar(&opts.cmdTimeout, "command-timeout", cluster.DefaultTimeout, "with --coordinator, how long a replicate or delete may take before it is sent again")
 	opts.log.Register(f)
 	return cmd
@@ -196,10 +204,10 @@ var nodeFlags = []string{"node-id", "rack", "container-size", "push", "tls-cert"
 	"replication-bandwidth", "replication-concurrency", "ingest", "ingest-idle", "ingest-replication",
 	"advertise", "stream-idle-timeout", "stream-deadline", "stream-min-rate",
 	"coordinator", "join", "heartbeat", "stale-after", "dead-after", "rm-interval",
-	"maintenance-remaining-redundancy", "cluster-store", "command-timeout"}
+	"maintenance-remaining-redundancy", "cluster-store", "command-timeout", "leader-lease"}
 
 // coordinatorFlags are the coordinator's settings.
-var coordinatorFlags = []string{"stale-after", "dead-after", "rm-interval", "maintenance-remaining-redundancy", "cluster-store", "command-timeout"}
+var coordinatorFlags = []string{"stale-after", "dead-after", "rm-interval", "maintenance-remaining-redundancy", "cluster-store", "command-timeout", "leader-lease"}
 
 func runServe(ctx context.Context, g *globalOptions, opts serveOptions, _ []string) error {
 	changed := opts.changed
@@ -258,6 +266,20 @@ func runServe(ctx context.Context, g *globalOptions, opts serveOptions, _ []stri
 		if !hostPort(a) {
 			return fmt.Errorf("--join %q: want HOST:PORT of a coordinator", a)
 		}
+	}
+	endpoints, isEtcd := etcdEndpoints(opts.clusterStore)
+	for _, a := range endpoints {
+		if !hostPort(a) {
+			return fmt.Errorf("--cluster-store %q: want etcd://HOST:PORT[,HOST:PORT...]", opts.clusterStore)
+		}
+	}
+	switch {
+	case isEtcd && len(endpoints) == 0:
+		return fmt.Errorf("--cluster-store %q: want etcd://HOST:PORT[,HOST:PORT...]", opts.clusterStore)
+	case changed("leader-lease") && !isEtcd:
+		return errors.New("--leader-lease needs --cluster-store etcd://...: only etcd elects a leader")
+	case opts.leaderLease < time.Second || opts.leaderLease%time.Second != 0:
+		return fmt.Errorf("--leader-lease %s: want whole seconds, at least 1s", opts.leaderLease)
 	}
 	if !opts.coordinator {
 		for _, name := range coordinatorFlags {

@@ -88,6 +88,10 @@ func TestContainerBadInput(t *testing.T) {
 		{"serve dead before stale", serve("--coordinator", "--stale-after", "5s", "--dead-after", "5s"), "want 0 < stale-after < dead-after"},
 		{"serve zero rm interval", serve("--coordinator", "--rm-interval", "0"), "--rm-interval 0s must be positive"},
 		{"serve negative redundancy", serve("--coordinator", "--maintenance-remaining-redundancy", "-1"), "must not be negative"},
+		{"serve etcd store no endpoint", serve("--coordinator", "--cluster-store", "etcd://"), `--cluster-store "etcd://": want etcd://HOST:PORT`},
+		{"serve etcd store bad endpoint", serve("--coordinator", "--cluster-store", "etcd://nope"), `--cluster-store "etcd://nope": want etcd://HOST:PORT`},
+		{"serve leader lease without etcd", serve("--coordinator", "--leader-lease", "3s"), "--leader-lease needs --cluster-store etcd://"},
+		{"serve leader lease not whole seconds", serve("--coordinator", "--cluster-store", "etcd://127.0.0.1:2379", "--leader-lease", "1500ms"), "--leader-lease 1.5s: want whole seconds"},
 		{"serve join without volume", []string{"serve", "--state", state, "--join", "127.0.0.1:9870"}, "--join is a setting of the container service"},
 
 		{"admin no server", []string{"admin", "nodes"}, "give --server ADDR"},
