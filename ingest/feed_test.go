@@ -17,8 +17,8 @@ import (
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/container"
-	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/internal/logtest"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 )

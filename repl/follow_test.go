@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/internal/logtest"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
