@@ -9,6 +9,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cmfs-project/cmfs/journal"
 )
@@ -804,4 +807,49 @@ func TestRestoreRoundTrip(t *testing.T) {
 			t.Errorf("restored %s: %d bytes, not the %d original bytes", p, len(got), len(data))
 		}
 	})
+}
+
+// TestChecksumKeepsAtime: what cmfs reads to checksum new content at
+// close, and to preserve an original, leaves the file's access time as
+// the writer and every later stat see it — protection is invisible. The
+// times are set far in the past through the backing directory while the
+// file is open, so that (with relatime) any read would move atime.
+func TestChecksumKeepsAtime(t *testing.T) {
+	m := mount(t)
+	old := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	atime := func(p string) time.Time {
+		t.Helper()
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return time.Unix(st.Atim.Unix())
+	}
+	for _, tc := range []struct {
+		name string
+		flag int
+	}{
+		{"write-only", os.O_WRONLY | os.O_CREATE | os.O_TRUNC},
+		{"read-write", os.O_RDWR | os.O_CREATE | os.O_TRUNC},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := strings.ReplaceAll(tc.name, "-", "") + ".dat"
+			f, err := os.OpenFile(m.path(name), tc.flag, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteString("content to checksum at close\n"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(m.backing(name), old, old); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil { // cmfs checksums and journals here
+				t.Fatal(err)
+			}
+			if got := atime(m.backing(name)); !got.Equal(old) {
+				t.Errorf("atime after close: %v, want %v (left as set)", got, old)
+			}
+		})
+	}
 }

@@ -2,6 +2,7 @@ package protect
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -387,15 +388,24 @@ func (c *Core) sumPath(p string) (string, *syscall.Stat_t, error) {
 	if sum, ok := c.sums.get(statState(&st)); ok {
 		return sum, &st, nil
 	}
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NOATIME, 0)
+	f, err := openNoAtime(p)
 	if err != nil {
-		// O_NOATIME needs ownership or CAP_FOWNER.
-		if f, err = os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0); err != nil {
-			return "", nil, err
-		}
+		return "", nil, err
 	}
 	defer f.Close()
 	return c.sumFile(f)
+}
+
+// openNoAtime opens p for reading, not following a final symlink, and,
+// where this process may (O_NOATIME needs ownership or CAP_FOWNER),
+// without updating its access time: preserving or checksumming a file
+// must not change what a stat of it shows.
+func openNoAtime(p string) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NOATIME, 0)
+	if errors.Is(err, syscall.EPERM) {
+		f, err = os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	}
+	return f, err
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}

@@ -2,6 +2,7 @@ package protect
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -518,14 +519,21 @@ func (h *Handle) Fsync(fsync func() error) error {
 	return err
 }
 
-// reader returns a descriptor that reads the handle's inode.
+// reader returns a descriptor that reads the handle's inode: the same
+// inode opened again, wherever its name is now, without updating its
+// access time, so that checksumming what a caller wrote stays invisible
+// (reading through the caller's own descriptor would touch atime, which
+// the caller may already have looked at).
 func (h *Handle) reader() (*os.File, func(), error) {
-	if h.readable {
+	// Not openNoAtime: /proc/self/fd/N is a link to follow.
+	proc := fmt.Sprintf("/proc/self/fd/%d", h.f.Fd())
+	src, err := os.OpenFile(proc, os.O_RDONLY|syscall.O_NOATIME, 0)
+	if errors.Is(err, syscall.EPERM) {
+		src, err = os.Open(proc)
+	}
+	if err != nil && h.readable {
 		return h.f, func() {}, nil
 	}
-	// A write-only descriptor cannot be read back: open the same inode
-	// again for reading, wherever its name is now.
-	src, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", h.f.Fd()))
 	if err != nil {
 		return nil, nil, err
 	}

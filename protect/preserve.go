@@ -31,7 +31,7 @@ type preserved struct {
 // preserve keeps the regular file at abs in cmroot.
 func (c *Core) preserve(abs string, h how) (preserved, error) {
 	if h == byCopy || h == byCopyIdle {
-		f, err := os.Open(abs)
+		f, err := openNoAtime(abs)
 		if err != nil {
 			return preserved{}, err
 		}
