@@ -489,3 +489,49 @@ func (c *testCluster) maintenance(t *testing.T, node, end string) {
 		t.Fatalf("admin maintenance %s: %v", node, res)
 	}
 }
+
+// TestClusterVanishedReplica: a CLOSED replica's directory removed
+// behind its node's back (rm -rf VOLUME/<id>) is no longer claimed by
+// the node's next full report; the coordinator sees the copy gone and
+// makes it again, so three copies, each with its files, remain.
+func TestClusterVanishedReplica(t *testing.T) {
+	c := startCluster(t)
+	dir := t.TempDir()
+	file := randomFile(t, dir, "a", 200<<10)
+	id := c.nodes["dn3"].fill(t, file)
+	nodes := c.waitHealthy(t, id)
+	var victim *replNode
+	for _, n := range nodes {
+		if n != "dn1" && n != "dn3" { // neither the coordinator nor the first copy
+			victim = c.nodes[n]
+			break
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(victim.Volume(), id)); err != nil {
+		t.Fatal(err)
+	}
+	var last clusterContainer
+	if !wait.Until(20*time.Second, func() bool {
+		last = c.containers(t)[id]
+		held, racks := c.closedOn(last, nil)
+		if last.Class != "HEALTHY" || len(held) != 3 || len(last.Replicas) != 3 || len(racks) != 3 {
+			return false
+		}
+		for _, n := range held {
+			if _, err := os.Stat(filepath.Join(c.nodes[n].Volume(), id, "container.yaml")); err != nil {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("after rm -rf of %s on %s: %+v, want three copies whose directories exist", id, victim.name, last)
+	}
+	for _, n := range c.waitHealthy(t, id) {
+		c.nodes[n].checkBlocks(t, file)
+	}
+	if _, err := os.Stat(filepath.Join(victim.Volume(), id)); err != nil {
+		if ci, ok := victim.find(t, id); ok {
+			t.Errorf("%s lists %s without its directory: %+v", victim.name, id, ci)
+		}
+	}
+}
