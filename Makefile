@@ -47,6 +47,9 @@ integration: build
 # column n/a, and the run goes on.
 BENCH_BASE ?= c975bd5
 
+# containerbench runs push, compression, RSS, drain and the coordinator's
+# failover with etcd (a row of n/a without the etcd binary).
+
 bench: build bench-deps
 	$(GO) run ./bench/cmd/cmfsbench $(if $(BENCH_BASE),-base $(BENCH_BASE))
 	CMFS_BENCH=1 $(GO) test -run TestBench -v ./journal/

@@ -31,6 +31,8 @@
 //     written outside <volume>/tmp before the rename; every failure path
 //     removes the tarball and the temporary directory and releases the
 //     reservation; a kill -9 leaves them in tmp, which OpenStore empties.
+//   - Prune forgets the containers (OPEN ones aside) whose directory was
+//     removed behind the Store's back, so List stops claiming them.
 //   - Verify re-reads everything a container holds and records CLOSED or
 //     UNHEALTHY durably. No container becomes CLOSED without every
 //     checksum matching, except by CloseContainer of the open one, whose

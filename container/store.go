@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -654,24 +655,61 @@ func (s *Store) delete(id uint64) error {
 			delete(s.open, r)
 		}
 	}
-	s.mu.Lock()
-	if s.containers[id] != c {
-		s.mu.Unlock()
+	if !s.forget(c) {
 		return ErrNotFound // a concurrent Delete won
 	}
-	delete(s.containers, id)
+	c.rw.Lock()
+	defer c.rw.Unlock()
+	return s.remove(c)
+}
+
+// forget takes c out of the Store (list, block index, volume usage) and
+// stops any scan of it; false if it was no longer there.
+func (s *Store) forget(c *container) bool {
+	s.mu.Lock()
+	if s.containers[c.id] != c {
+		s.mu.Unlock()
+		return false
+	}
+	delete(s.containers, c.id)
 	s.unindex(c)
 	c.vol.used -= c.size
 	c.vol.n--
-	job := s.scans[id]
+	job := s.scans[c.id]
 	s.mu.Unlock()
 	if job != nil {
 		job.cancel()
 		<-job.done
 	}
-	c.rw.Lock()
-	defer c.rw.Unlock()
-	return s.remove(c)
+	return true
+}
+
+// Prune forgets the containers, OPEN ones aside, whose directory is gone
+// from their volume (removed behind the Store's back), so that List stops
+// claiming them, and returns their ids in order. It costs a stat per
+// container; the cluster agent calls it before each full report.
+func (s *Store) Prune() []uint64 {
+	s.mu.Lock()
+	cs := make([]*container, 0, len(s.containers))
+	for _, c := range s.containers {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	var gone []uint64
+	for _, c := range cs {
+		// An OPEN container's writer holds its files; its next Put fails.
+		if c.state() == Open {
+			continue
+		}
+		if _, err := os.Lstat(c.dir); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if s.forget(c) {
+			gone = append(gone, c.id)
+		}
+	}
+	slices.Sort(gone)
+	return gone
 }
 
 // remove takes c's directory off its volume: a rename into tmp, which is

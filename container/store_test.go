@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -358,6 +359,41 @@ func TestDelete(t *testing.T) {
 	}
 	// Puts go on into a new container.
 	mustPut(t, s, []byte("again"))
+}
+
+// TestPruneVanishedDirectory: a CLOSED container whose directory is
+// removed behind the Store's back is dropped by Prune, and only it: the
+// open container and a CLOSED one still on disk stay listed.
+func TestPruneVanishedDirectory(t *testing.T) {
+	s := newTestStore(t, Options{})
+	gone, ids := closedContainer(t, s, []byte("removed by hand"))
+	kept, _ := closedContainer(t, s, []byte("still here"))
+	open, _ := mustPut(t, s, []byte("open one"))
+	if got := s.Prune(); len(got) != 0 {
+		t.Fatalf("prune with every directory there: %v", got)
+	}
+	if err := os.RemoveAll(filepath.Join(s.Volumes()[0].Path, strconv.FormatUint(gone.ID, 10))); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Prune(); !slices.Equal(got, []uint64{gone.ID}) {
+		t.Fatalf("prune: %v, want [%d]", got, gone.ID)
+	}
+	var listed []uint64
+	for _, d := range s.List() {
+		listed = append(listed, d.ID)
+	}
+	if want := slices.Sorted(slices.Values([]uint64{kept.ID, open})); !slices.Equal(listed, want) {
+		t.Fatalf("listed %v, want %v", listed, want)
+	}
+	if _, err := readBlock(t, s, ids[0]); !errors.Is(err, ErrBlockNotFound) {
+		t.Fatalf("block of the pruned container: %v", err)
+	}
+	if vol := s.Volumes()[0]; vol.Containers != 2 {
+		t.Fatalf("volume accounts %d containers, want 2", vol.Containers)
+	}
+	if got := s.Prune(); len(got) != 0 {
+		t.Fatalf("second prune: %v", got)
+	}
 }
 
 func TestOpenStoreRecoversOpenContainer(t *testing.T) {

@@ -96,8 +96,15 @@ func etcdStatus(t *testing.T, n *replNode) (leader string, res result) {
 // leader is killed (-9) while a decommission it started is under way.
 // Another leads within 10 s, the decommission completes, every
 // container ends with its three copies, and no replicate was issued
-// while one for the same container and target was pending.
+// while one for the same container and target was pending. In push and
+// pull mode.
 func TestClusterEtcdFailover(t *testing.T) {
+	for _, mode := range []string{"push", "pull"} {
+		t.Run(mode, func(t *testing.T) { testEtcdFailover(t, mode == "push") })
+	}
+}
+
+func testEtcdFailover(t *testing.T, push bool) {
 	srv := etcdtest.Start(t)
 	cmds := watchCommands(t, srv.Client(t))
 	c := &testCluster{nodes: map[string]*replNode{}}
@@ -106,7 +113,7 @@ func TestClusterEtcdFailover(t *testing.T) {
 	var joins []string
 	for i := 1; i <= 6; i++ {
 		name := fmt.Sprintf("dn%d", i)
-		flags := []string{"--rack", rackOf(name)}
+		flags := []string{"--rack", rackOf(name), fmt.Sprintf("--push=%v", push)}
 		if i <= 3 {
 			flags = append(append(flags, storeFlags...), clusterFlags...)
 			if len(joins) > 0 {

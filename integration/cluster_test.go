@@ -314,9 +314,10 @@ func (c *testCluster) checkCopies(t *testing.T, nodes map[string]clusterNode, id
 // TestClusterCorruptReplicaReplaced: a byte flipped in one node's chunk
 // file of a CLOSED replica is found by that node's verify; its heartbeat
 // reports it UNHEALTHY, and the coordinator copies a good replica to
-// another node and deletes the bad one.
-func TestClusterCorruptReplicaReplaced(t *testing.T) {
-	c := startCluster(t)
+// another node and deletes the bad one. In push and pull mode.
+func TestClusterCorruptReplicaReplaced(t *testing.T) { inModes(t, testCorruptReplicaReplaced) }
+
+func testCorruptReplicaReplaced(t *testing.T, c *testCluster) {
 	dir := t.TempDir()
 	file := randomFile(t, dir, "a", 200<<10)
 	id := c.nodes["dn2"].fill(t, file)
@@ -415,8 +416,12 @@ func TestClusterCoordinatorRestart(t *testing.T) {
 // TestClusterMaintenance: a node holding a copy enters maintenance: the
 // other two copies keep 1+1 in service, so it is IN_MAINTENANCE at once,
 // no copy is made while it is, and at --end it is IN_SERVICE again.
-func TestClusterMaintenance(t *testing.T) {
-	c := startCluster(t)
+// Then two live nodes holding copies enter maintenance: one copy is made
+// to keep 1+1 in service, and at their end they are IN_SERVICE and the
+// extra copy is deleted. In push and pull mode.
+func TestClusterMaintenance(t *testing.T) { inModes(t, testMaintenance) }
+
+func testMaintenance(t *testing.T, c *testCluster) {
 	dir := t.TempDir()
 	id := c.nodes["dn6"].fill(t, randomFile(t, dir, "a", 100<<10))
 	nodes := c.waitHealthy(t, id)
@@ -424,10 +429,7 @@ func TestClusterMaintenance(t *testing.T) {
 	if node == "dn1" {
 		node = nodes[1]
 	}
-	res := replicad(t, "admin", "maintenance", "--server", c.coord.Addr, node, "--end", "8s")
-	if res.Code != 0 || !strings.Contains(res.Stdout, "ENTERING_MAINTENANCE") {
-		t.Fatalf("admin maintenance %s: %v", node, res)
-	}
+	c.maintenance(t, node, "6s")
 	wait.For(t, 10*time.Second, node+" IN_MAINTENANCE", func() bool {
 		return c.adminNodes(t)[node].OpState == "IN_MAINTENANCE"
 	})
@@ -446,5 +448,90 @@ func TestClusterMaintenance(t *testing.T) {
 		return c.adminNodes(t)[node].OpState == "IN_SERVICE"
 	})
 	// Back in service but dead: now its copy is made again.
-	c.waitHealthy(t, id, node)
+	nodes = c.waitHealthy(t, id, node)
+
+	// Two of the three live copies in maintenance leave one in service:
+	// one more copy is made for 1+1, then deleted at their end.
+	dead := node
+	both := nodes[:2]
+	for _, n := range both {
+		c.maintenance(t, n, "6s")
+	}
+	wait.For(t, 20*time.Second, "a fourth copy and "+strings.Join(both, ", ")+" IN_MAINTENANCE", func() bool {
+		ns := c.adminNodes(t)
+		live, _ := c.closedOn(c.containers(t)[id], []string{dead})
+		return len(live) == 4 && ns[both[0]].OpState == "IN_MAINTENANCE" && ns[both[1]].OpState == "IN_MAINTENANCE"
+	})
+	wait.For(t, 20*time.Second, strings.Join(both, ", ")+" back IN_SERVICE at their end", func() bool {
+		ns := c.adminNodes(t)
+		return ns[both[0]].OpState == "IN_SERVICE" && ns[both[1]].OpState == "IN_SERVICE"
+	})
+	nodes = c.waitHealthy(t, id, dead)
+	held := 0
+	for name, n := range c.nodes {
+		if name == dead {
+			continue
+		}
+		if _, ok := n.find(t, id); ok {
+			held++
+		}
+	}
+	if held != 3 {
+		t.Errorf("%d live nodes hold %s, want 3 (admin: %v)", held, id, nodes)
+	}
+}
+
+// maintenance puts node in maintenance until end from now.
+func (c *testCluster) maintenance(t *testing.T, node, end string) {
+	t.Helper()
+	res := replicad(t, "admin", "maintenance", "--server", c.coord.Addr, node, "--end", end)
+	if res.Code != 0 || !strings.Contains(res.Stdout, "ENTERING_MAINTENANCE") {
+		t.Fatalf("admin maintenance %s: %v", node, res)
+	}
+}
+
+// TestClusterVanishedReplica: a CLOSED replica's directory removed
+// behind its node's back (rm -rf VOLUME/<id>) is no longer claimed by
+// the node's next full report; the coordinator sees the copy gone and
+// makes it again, so three copies, each with its files, remain.
+func TestClusterVanishedReplica(t *testing.T) {
+	c := startCluster(t)
+	dir := t.TempDir()
+	file := randomFile(t, dir, "a", 200<<10)
+	id := c.nodes["dn3"].fill(t, file)
+	nodes := c.waitHealthy(t, id)
+	var victim *replNode
+	for _, n := range nodes {
+		if n != "dn1" && n != "dn3" { // neither the coordinator nor the first copy
+			victim = c.nodes[n]
+			break
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(victim.Volume(), id)); err != nil {
+		t.Fatal(err)
+	}
+	var last clusterContainer
+	if !wait.Until(20*time.Second, func() bool {
+		last = c.containers(t)[id]
+		held, racks := c.closedOn(last, nil)
+		if last.Class != "HEALTHY" || len(held) != 3 || len(last.Replicas) != 3 || len(racks) != 3 {
+			return false
+		}
+		for _, n := range held {
+			if _, err := os.Stat(filepath.Join(c.nodes[n].Volume(), id, "container.yaml")); err != nil {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("after rm -rf of %s on %s: %+v, want three copies whose directories exist", id, victim.name, last)
+	}
+	for _, n := range c.waitHealthy(t, id) {
+		c.nodes[n].checkBlocks(t, file)
+	}
+	if _, err := os.Stat(filepath.Join(victim.Volume(), id)); err != nil {
+		if ci, ok := victim.find(t, id); ok {
+			t.Errorf("%s lists %s without its directory: %+v", victim.name, id, ci)
+		}
+	}
 }

@@ -31,6 +31,9 @@ type Containers interface {
 	List() []container.Descriptor
 	Delete(id uint64) error
 	Volumes() []container.VolumeInfo
+	// Prune forgets containers whose directory is gone; see
+	// container.Store.Prune.
+	Prune() []uint64
 }
 
 var _ Containers = (*container.Store)(nil)
@@ -219,6 +222,13 @@ func (a *Agent) report(addr string) (*clusterpb.HeartbeatRequest, map[uint64]rep
 	q, r := a.cfg.Node.Supervisor().Len()
 	req.InFlight = int32(q + r)
 	req.Full = a.wantFull || a.sent == nil || a.beats%a.cfg.FullEvery == 0
+	if req.Full {
+		// A full report says what the node has: not a container whose
+		// directory someone removed.
+		if gone := a.cfg.Containers.Prune(); len(gone) > 0 {
+			a.cfg.Log.Warn("containers gone from their volume, no longer reported", "ids", gone)
+		}
+	}
 	now := make(map[uint64]replicaKey)
 	for _, d := range a.cfg.Containers.List() {
 		sum, _ := strconv.ParseUint(d.ContainerChecksum, 16, 64) // "" while open: 0

@@ -22,6 +22,10 @@
 //     containers (2 GiB by default, --drain-size; the issue names 10 GiB)
 //     in a cluster of it, a coordinator and five more peers, until it is
 //     DECOMMISSIONED, against one `replicate` of the same bytes.
+//   - failover: three `--coordinator`s on one etcd (the `etcd` binary),
+//     the leader killed with SIGKILL three times (and started again),
+//     timed until a standby answers `admin status` as the leader, against
+//     --leader-lease (target ≤ 10 s).
 //
 // Caches are dropped before every timed run (root), the runs of a row and
 // of its baselines are interleaved, and the table shows medians. It needs
@@ -86,7 +90,7 @@ func quickConfig() config {
 	return c
 }
 
-var phases = []string{"push", "compression", "rss", "drain"}
+var phases = []string{"push", "compression", "rss", "drain", "failover"}
 
 type options struct {
 	cfg      config
@@ -281,7 +285,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	for _, phase := range []struct {
 		name string
 		run  func(context.Context) []*bench.ReplRow
-	}{{"push", r.pushRows}, {"compression", r.compressionRows}, {"rss", r.rssRows}, {"drain", r.drainRows}} {
+	}{{"push", r.pushRows}, {"compression", r.compressionRows}, {"rss", r.rssRows}, {"drain", r.drainRows}, {"failover", r.failoverRows}} {
 		if ctx.Err() != nil {
 			break
 		}
@@ -301,7 +305,8 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 const legend = "Values are medians of the runs. MB/s is 10^6 bytes of container data (the files put) per second, " +
 	"from the start of `replicad container replicate` (or of the baseline's command) until it returns with the " +
 	"data durable at the target. Ratios are replicad÷baseline, so ≥ 1 means replicad is at least as fast. " +
-	"RSS rows: the highest of VmHWM (reset before the push) and VmRSS sampled every 50 ms, in MiB, lower is better."
+	"RSS rows: the highest of VmHWM (reset before the push) and VmRSS sampled every 50 ms, in MiB, lower is better. " +
+	"Failover: seconds from the leader's SIGKILL until a standby answers `admin status` as the leader; its ratio is lease÷failover."
 
 // cold makes the next run start with cold caches, if asked to.
 func (r *runner) cold() { bench.Settle(r.cfg.cold, r.logf) }

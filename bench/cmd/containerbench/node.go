@@ -40,12 +40,10 @@ func (r *runner) serve(ctx context.Context, name, volume string, extra ...string
 	if err := os.MkdirAll(volume, 0o755); err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := lis.Addr().String()
-	lis.Close()
 	argv := append([]string{r.replicad, "serve", "--listen", addr, "--node-id", name, "--volume", volume}, extra...)
 	p, err := r.procs.Start("serve-"+name, argv...)
 	if err != nil {
@@ -174,6 +172,16 @@ func waitScanned(ctx context.Context, dst *node, id uint64, size int64) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// freeAddr returns a loopback address nothing listens on now.
+func freeAddr() (string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer lis.Close()
+	return lis.Addr().String(), nil
 }
 
 // cli runs a replicad command and returns its standard output.
