@@ -177,15 +177,7 @@ func testEtcdFailover(t *testing.T, push bool) {
 		return healthy == 6
 	})
 
-	dir := t.TempDir()
-	src := c.nodes["dn4"]
-	var ids []string
-	for i := range 5 {
-		ids = append(ids, src.fill(t, randomFile(t, dir, fmt.Sprintf("f%d", i), 200<<10)))
-	}
-	for _, id := range ids {
-		c.waitHealthy(t, id)
-	}
+	ids := c.fillNode(t, "dn4", 5, 200<<10)
 	res := replicad(t, "admin", "decommission", "--server", c.coord.Addr, "dn4")
 	if res.Code != 0 || !strings.Contains(res.Stdout, "DECOMMISSIONING") {
 		t.Fatalf("admin decommission dn4: %v", res)

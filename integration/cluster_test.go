@@ -259,15 +259,7 @@ func testDeadNodeHealed(t *testing.T, c *testCluster) {
 func TestClusterDecommission(t *testing.T) { inModes(t, testDecommission) }
 
 func testDecommission(t *testing.T, c *testCluster) {
-	dir := t.TempDir()
-	src := c.nodes["dn4"]
-	var ids []string
-	for i := range 20 {
-		ids = append(ids, src.fill(t, randomFile(t, dir, fmt.Sprintf("f%d", i), 32<<10)))
-	}
-	for _, id := range ids {
-		c.waitHealthy(t, id)
-	}
+	ids := c.fillNode(t, "dn4", 20, 32<<10)
 	res := replicad(t, "admin", "decommission", "--server", c.coord.Addr, "dn4")
 	if res.Code != 0 || !strings.Contains(res.Stdout, "DECOMMISSIONING") {
 		t.Fatalf("admin decommission dn4: %v", res)
@@ -534,4 +526,20 @@ func TestClusterVanishedReplica(t *testing.T) {
 			t.Errorf("%s lists %s without its directory: %+v", victim.name, id, ci)
 		}
 	}
+}
+
+// fillNode fills node with n containers of size bytes each, one file
+// apiece, and waits until the coordinator has each of them HEALTHY; it
+// returns their ids.
+func (c *testCluster) fillNode(t *testing.T, node string, n, size int) []string {
+	t.Helper()
+	dir := t.TempDir()
+	var ids []string
+	for i := range n {
+		ids = append(ids, c.nodes[node].fill(t, randomFile(t, dir, fmt.Sprintf("f%d", i), size)))
+	}
+	for _, id := range ids {
+		c.waitHealthy(t, id)
+	}
+	return ids
 }

@@ -14,13 +14,7 @@ import (
 // credential, and a serve with an unsafe token file, are refused with one
 // line before anything connects.
 func TestCredentialRefusals(t *testing.T) {
-	dir := t.TempDir()
-	backing := filepath.Join(dir, "backing")
-	state := filepath.Join(backing, ".cmfs")
-	if err := os.MkdirAll(state, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeRecord(t, state, backing)
+	dir, state := warehouseState(t)
 	open := filepath.Join(dir, "open.token")
 	if err := os.WriteFile(open, []byte("0123456789abcdef0123456789abcdef\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -65,13 +59,7 @@ func TestCredentialRefusals(t *testing.T) {
 // directory, names it, and follow with another token is refused at once
 // (one line, exit 1), not retried.
 func TestServeTokenFile(t *testing.T) {
-	dir := t.TempDir()
-	backing := filepath.Join(dir, "backing")
-	state := filepath.Join(backing, ".cmfs")
-	if err := os.MkdirAll(state, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeRecord(t, state, backing)
+	dir, state := warehouseState(t)
 	t.Setenv(tokenEnv, "")
 	addr, _ := serveInProcess(t, "--state", state)
 	path := filepath.Join(state, auth.FileName)
@@ -98,4 +86,19 @@ func TestServeTokenFile(t *testing.T) {
 	if code, out, stderr := runCLI(t, "slots", "--source", addr, "--token-file", path); code != 0 || !strings.Contains(out, "no slots") {
 		t.Errorf("slots with serve's token file: exit %d, %q, %q", code, out, stderr)
 	}
+}
+
+// warehouseState makes a warehouse in a temporary directory, with its
+// state directory and a mount record in it, as a mount leaves them; it
+// returns the temporary directory and the state directory.
+func warehouseState(t *testing.T) (dir, state string) {
+	t.Helper()
+	dir = t.TempDir()
+	backing := filepath.Join(dir, "backing")
+	state = filepath.Join(backing, ".cmfs")
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeRecord(t, state, backing)
+	return dir, state
 }
