@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,9 +19,10 @@ import (
 	"github.com/cmfs-project/cmfs/journal"
 )
 
-// mountLazy mounts a lazyfs over a fresh directory; cleanup unmounts it
-// (after the cleanups registered later, such as a cmfs mount on it).
-func mountLazy(t testing.TB) *lazyfs.FS {
+// mountLazy mounts a lazyfs over a fresh directory, served by a child
+// process of its own; cleanup unmounts it (after the cleanups registered
+// later, such as a cmfs mount on it).
+func mountLazy(t testing.TB) *lazyMount {
 	t.Helper()
 	requireFUSE(t)
 	under := filepath.Join(t.TempDir(), "under")
@@ -29,7 +32,7 @@ func mountLazy(t testing.TB) *lazyfs.FS {
 			t.Fatal(err)
 		}
 	}
-	l, err := lazyfs.Mount(under, mnt)
+	l, err := startLazy(under, mnt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,11 +47,123 @@ func mountLazy(t testing.TB) *lazyfs.FS {
 }
 
 // crashLazy crashes l, failing t if it cannot.
-func crashLazy(t testing.TB, l *lazyfs.FS) {
+func crashLazy(t testing.TB, l *lazyMount) {
 	t.Helper()
 	if err := l.Crash(); err != nil {
 		t.Fatalf("lazyfs crash: %v", err)
 	}
+}
+
+// The environment that makes the test binary a lazyfs server
+// (lazyServeChild) of the directory under, mounted at mnt.
+const (
+	lazyUnderEnv = "CMFS_TEST_LAZYFS_UNDER"
+	lazyMntEnv   = "CMFS_TEST_LAZYFS_MNT"
+)
+
+// lazyMount is a lazyfs mount served by a child process (the test binary
+// again, as lazyServeChild), driven by one command a line on its stdin,
+// each answered "ok" or an error on its stdout. Not in this process: a
+// process that serves a FUSE mount and also touches it can stall on
+// itself — a page fault on a file of the mount (bbolt maps the journal)
+// stops the garbage collector's world, and with it the server that must
+// answer the fault.
+type lazyMount struct {
+	mnt string
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+func startLazy(under, mnt string) (*lazyMount, error) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), lazyUnderEnv+"="+under, lazyMntEnv+"="+mnt)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	l := &lazyMount{mnt: mnt, cmd: cmd, in: in, out: bufio.NewReader(out)}
+	if err := l.answer(); err != nil {
+		in.Close()
+		cmd.Wait()
+		return nil, fmt.Errorf("lazyfs mount: %w", err)
+	}
+	return l, nil
+}
+
+// Mountpoint returns where l is mounted.
+func (l *lazyMount) Mountpoint() string { return l.mnt }
+
+// Crash simulates a power failure (lazyfs.FS.Crash) in the server.
+func (l *lazyMount) Crash() error { return l.do("crash") }
+
+// Unmount shuts the server down cleanly (lazyfs.FS.Unmount) and waits for
+// it to exit.
+func (l *lazyMount) Unmount() error {
+	err := l.do("unmount")
+	l.in.Close()
+	return errors.Join(err, l.cmd.Wait())
+}
+
+func (l *lazyMount) do(command string) error {
+	if _, err := fmt.Fprintln(l.in, command); err != nil {
+		return fmt.Errorf("lazyfs %s: %w", command, err)
+	}
+	if err := l.answer(); err != nil {
+		return fmt.Errorf("lazyfs %s: %w", command, err)
+	}
+	return nil
+}
+
+// answer reads the server's answer to the last command.
+func (l *lazyMount) answer() error {
+	line, err := l.out.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("no answer from the server: %w", err)
+	}
+	if line = strings.TrimSpace(line); line != "ok" {
+		return errors.New(line)
+	}
+	return nil
+}
+
+// lazyServeChild serves a lazyfs mount for its parent (lazyMount) until
+// told to unmount, or until its stdin closes because the parent is gone.
+func lazyServeChild(under, mnt string) int {
+	reply := func(err error) {
+		if err != nil {
+			fmt.Println(strings.ReplaceAll(err.Error(), "\n", "; "))
+			return
+		}
+		fmt.Println("ok")
+	}
+	l, err := lazyfs.Mount(under, mnt)
+	reply(err)
+	if err != nil {
+		return 1
+	}
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		switch sc.Text() {
+		case "crash":
+			reply(l.Crash())
+		case "unmount":
+			reply(l.Unmount())
+			return 0
+		default:
+			reply(fmt.Errorf("unknown command %q", sc.Text()))
+		}
+	}
+	l.Unmount()
+	return 0
 }
 
 func syncFile(t testing.TB, path string) {
@@ -324,10 +439,9 @@ func TestLazyFSCrashWhileHeld(t *testing.T) {
 const mmapReadEnv = "CMFS_TEST_MMAP_READ"
 
 // mmapRead returns the first n bytes of the file at p as a shared,
-// read-only mapping sees them, read in a child process: lazyfs serves its
-// mount from this process, and a page fault on it here would stall the
-// garbage collector's stop-the-world, and with it the server that must
-// answer the fault.
+// read-only mapping sees them, read in a child process of its own, so
+// that the mapping is gone with it and no later fault can come from this
+// process.
 func mmapRead(t *testing.T, p string, n int) []byte {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])

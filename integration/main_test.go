@@ -47,6 +47,9 @@ func run(m *testing.M) int {
 	if spec := os.Getenv(mmapReadEnv); spec != "" {
 		return mmapReadChild(spec)
 	}
+	if under, mnt := os.Getenv(lazyUnderEnv), os.Getenv(lazyMntEnv); under != "" && mnt != "" {
+		return lazyServeChild(under, mnt)
+	}
 	if os.Getenv(probeEnv) != "" {
 		// A posixtest probe child (see TestPosix): it only touches files.
 		return m.Run()
