@@ -167,15 +167,7 @@ func testEtcdFailover(t *testing.T, push bool) {
 			t.Errorf("admin status of standby %s: %v, want one line naming the leader %s", n.name, res, c.coord.Addr)
 		}
 	}
-	wait.For(t, 20*time.Second, "six healthy nodes", func() bool {
-		healthy := 0
-		for _, n := range c.adminNodes(t) {
-			if n.Health == "HEALTHY" {
-				healthy++
-			}
-		}
-		return healthy == 6
-	})
+	c.waitHealthyNodes(t, 6)
 
 	ids := c.fillNode(t, "dn4", 5, 200<<10)
 	res := replicad(t, "admin", "decommission", "--server", c.coord.Addr, "dn4")

@@ -70,15 +70,7 @@ func startCluster(t *testing.T, extra ...string) *testCluster {
 			c.coord = n
 		}
 	}
-	wait.For(t, 20*time.Second, "six healthy nodes", func() bool {
-		healthy := 0
-		for _, n := range c.adminNodes(t) {
-			if n.Health == "HEALTHY" {
-				healthy++
-			}
-		}
-		return healthy == 6
-	})
+	c.waitHealthyNodes(t, 6)
 	return c
 }
 
@@ -542,4 +534,18 @@ func (c *testCluster) fillNode(t *testing.T, node string, n, size int) []string 
 		c.waitHealthy(t, id)
 	}
 	return ids
+}
+
+// waitHealthyNodes waits until the coordinator counts n HEALTHY nodes.
+func (c *testCluster) waitHealthyNodes(t *testing.T, n int) {
+	t.Helper()
+	wait.For(t, 20*time.Second, fmt.Sprintf("%d healthy nodes", n), func() bool {
+		healthy := 0
+		for _, node := range c.adminNodes(t) {
+			if node.Health == "HEALTHY" {
+				healthy++
+			}
+		}
+		return healthy == n
+	})
 }

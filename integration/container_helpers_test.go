@@ -146,6 +146,17 @@ func dialNode(ctx context.Context, addr string) (*peer.Client, error) {
 	return peer.Dial(ctx, addr, peer.WithToken(tok))
 }
 
+// nodeClient dials node n with the tests' token, for the test's length.
+func nodeClient(t testing.TB, n *replNode) *peer.Client {
+	t.Helper()
+	c, err := dialNode(context.Background(), n.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // testToken is the token every replicad of the tests serves with.
 func testToken(t testing.TB) string {
 	t.Helper()

@@ -87,13 +87,7 @@ func packTar(t testing.TB, es []tarEntry) []byte {
 // pushTar pushes a tarball to node n as container id with a raw client.
 func pushTar(t testing.TB, n *replNode, id string, size int64, tarball []byte) (peer.ImportResult, error) {
 	t.Helper()
-	ctx := context.Background()
-	c, err := dialNode(ctx, n.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	return c.PushFrom(ctx, peer.PushHeader{Container: parseID(t, id), Size: size, Compression: container.None, WaitScan: true}, bytes.NewReader(tarball))
+	return nodeClient(t, n).PushFrom(context.Background(), peer.PushHeader{Container: parseID(t, id), Size: size, Compression: container.None, WaitScan: true}, bytes.NewReader(tarball))
 }
 
 // TestContainerHostileTarballs pushes hand-built tarballs with a raw gRPC

@@ -24,13 +24,7 @@ import (
 // raw client: what a peer would push), and the size to push it with.
 func rawTarball(t testing.TB, n *replNode, id string) ([]byte, int64) {
 	t.Helper()
-	ctx := context.Background()
-	c, err := dialNode(ctx, n.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	tb, err := c.Download(ctx, parseID(t, id), container.None)
+	tb, err := nodeClient(t, n).Download(context.Background(), parseID(t, id), container.None)
 	if err != nil {
 		t.Fatal(err)
 	}
