@@ -1,0 +1,114 @@
+package ec
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/klauspost/reedsolomon"
+)
+
+// batchBytes bounds what one index holds in memory in a batch of
+// stripes: (D+P)*batchBytes in all, 36 MiB for rs-6-3.
+const batchBytes = 4 << 20
+
+// batchStripes is how many stripes a batch holds.
+func (sc Scheme) batchStripes() int64 { return max(1, batchBytes/int64(sc.Cell)) }
+
+func (sc Scheme) coder() (reedsolomon.Encoder, error) {
+	if err := sc.Validate(); err != nil {
+		return nil, err
+	}
+	return reedsolomon.New(sc.Data, sc.Parity)
+}
+
+// batch is the cells of up to batchStripes stripes, one buffer per
+// index: cell (first+j, i) is cells[i-1][j*Cell:][:CellLen].
+type batch struct {
+	l     Layout
+	first int64
+	n     int64 // stripes in the batch
+	cells [][]byte
+}
+
+func newBatch(l Layout) *batch {
+	b := &batch{l: l, cells: make([][]byte, l.Total())}
+	k := min(l.batchStripes(), max(1, l.Stripes()))
+	for i := range b.cells {
+		b.cells[i] = make([]byte, k*int64(l.Cell))
+	}
+	return b
+}
+
+// at moves the batch to the stripes from first on.
+func (b *batch) at(first int64) {
+	b.first = first
+	b.n = min(int64(len(b.cells[0])/b.l.Cell), b.l.Stripes()-first)
+}
+
+// shards returns stripe j of the batch as reedsolomon wants it: every
+// cell Cell bytes long (the short ones padded with zeros).
+func (b *batch) shards(j int64, into [][]byte) [][]byte {
+	into = into[:0]
+	for i := range b.cells {
+		into = append(into, b.cells[i][j*int64(b.l.Cell):(j+1)*int64(b.l.Cell)])
+	}
+	return into
+}
+
+// cell returns cell (first+j, index) at its real length.
+func (b *batch) cell(j int64, index int) []byte {
+	return b.cells[index-1][j*int64(b.l.Cell):][:b.l.CellLen(b.first+j, index)]
+}
+
+// run returns index's cells of the batch, back to back: all full but
+// the container's last.
+func (b *batch) run(index int) []byte {
+	return b.cells[index-1][:b.l.cellsLen(index, b.first, b.n)]
+}
+
+// Encode reads l.Size bytes from r, stripes them and writes index i's
+// cells, back to back, to w[i-1] (a nil writer is skipped; w has one
+// entry per index). It returns every cell's checksum. r must hold at
+// least l.Size bytes; what follows is not read.
+func Encode(l Layout, r io.Reader, w []io.Writer) (Table, error) {
+	rs, err := l.coder()
+	if err != nil {
+		return Table{}, err
+	}
+	if len(w) != l.Total() {
+		return Table{}, fmt.Errorf("encode: %d writers for %d indexes", len(w), l.Total())
+	}
+	t := NewTable(l)
+	b := newBatch(l)
+	var shards [][]byte
+	for first := int64(0); first < l.Stripes(); first += b.n {
+		b.at(first)
+		for j := range b.n {
+			s := b.shards(j, shards)
+			for i := 1; i <= l.Data; i++ {
+				n := b.l.CellLen(first+j, i)
+				if _, err := io.ReadFull(r, s[i-1][:n]); err != nil {
+					return Table{}, fmt.Errorf("encode: read stripe %d cell %d: %w", first+j, i, err)
+				}
+				clear(s[i-1][n:])
+			}
+			if err := rs.Encode(s); err != nil {
+				return Table{}, fmt.Errorf("encode: stripe %d: %w", first+j, err)
+			}
+			for i := 1; i <= l.Total(); i++ {
+				t.set(first+j, i, xxhash.Sum64(b.cell(j, i)))
+			}
+			shards = s
+		}
+		for i, wi := range w {
+			if wi == nil {
+				continue
+			}
+			if _, err := wi.Write(b.run(i + 1)); err != nil {
+				return Table{}, fmt.Errorf("encode: write index %d: %w", i+1, err)
+			}
+		}
+	}
+	return t, nil
+}
