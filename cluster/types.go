@@ -207,8 +207,10 @@ type Replica struct {
 type Kind uint8
 
 const (
-	Replicate Kind = iota + 1 // copy the container to Target
-	Delete                    // remove the container's replica on Target
+	Replicate   Kind = iota + 1 // copy the container (or one EC index of it) to Target
+	Delete                      // remove the container's replica on Target
+	Encode                      // stripe the whole copy on Sources[0] into EC indexes, Indexes[k] to Targets[k]
+	Reconstruct                 // rebuild EC Indexes from the indexes Sources hold, Indexes[k] onto Targets[k]
 )
 
 func (k Kind) String() string {
@@ -217,6 +219,10 @@ func (k Kind) String() string {
 		return "replicate"
 	case Delete:
 		return "delete"
+	case Encode:
+		return "encode"
+	case Reconstruct:
+		return "reconstruct"
 	}
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -244,14 +250,22 @@ func (m Mode) String() string {
 type Command struct {
 	Kind      Kind
 	Container ContainerID
-	Index     uint8
+	// Index is the replica index a Replicate copies or a Delete removes:
+	// 0 for a whole container, 1…D+P for an EC index.
+	Index uint8
 	// Target gains a replica (Replicate) or loses it (Delete).
 	Target NodeID
-	// Sources hold a good copy (Replicate only), the one Decide charged
-	// first; in push mode the command goes to Sources[0], in pull mode to
-	// Target, which tries them in order.
-	Sources []NodeID
-	Mode    Mode // Replicate only
+	// Sources hold a good copy (Replicate, Encode: the whole copy), the
+	// one Decide charged first; a Replicate goes to Sources[0], which
+	// pushes or has Target pull, trying them in order. A Reconstruct's
+	// Sources hold the indexes SourceIndexes lists, one each.
+	Sources       []NodeID
+	SourceIndexes []uint8
+	// Indexes are the EC indexes an Encode or Reconstruct makes, and
+	// Targets the node that takes each: Indexes[k] goes to Targets[k].
+	Indexes []uint8
+	Targets []NodeID
+	Mode    Mode // Replicate, Encode, Reconstruct
 	// Priority is how many copies the container is short of its
 	// replication, counting every copy online: higher is more urgent, as
 	// peer.Task.Priority orders them.
@@ -261,10 +275,42 @@ type Command struct {
 }
 
 func (c Command) String() string {
-	if c.Kind == Delete {
-		return fmt.Sprintf("delete %d on %s", c.Container, c.Target)
+	switch c.Kind {
+	case Delete:
+		return fmt.Sprintf("delete %d/%d on %s", c.Container, c.Index, c.Target)
+	case Encode, Reconstruct:
+		return fmt.Sprintf("%s %d %v→%v onto %v %s p%d", c.Kind, c.Container, c.Sources, c.Indexes, c.Targets, c.Mode, c.Priority)
 	}
-	return fmt.Sprintf("replicate %d %v→%s %s p%d", c.Container, c.Sources, c.Target, c.Mode, c.Priority)
+	return fmt.Sprintf("replicate %d/%d %v→%s %s p%d", c.Container, c.Index, c.Sources, c.Target, c.Mode, c.Priority)
+}
+
+// Gains lists the nodes the command gives a replica: a Replicate's
+// Target, an Encode's or Reconstruct's Targets.
+func (c Command) Gains() []NodeID {
+	switch c.Kind {
+	case Replicate:
+		return []NodeID{c.Target}
+	case Encode, Reconstruct:
+		return c.Targets
+	}
+	return nil
+}
+
+// Node is the node that carries the command out: a Replicate's or
+// Encode's first source, a Delete's target; a Reconstruct's first
+// source in push mode (it rebuilds and pushes), its target in pull mode
+// (it reads the cells and rebuilds its own index; Decide sends one per
+// index).
+func (c Command) Node() NodeID {
+	switch {
+	case c.Kind == Delete:
+		return c.Target
+	case c.Kind == Reconstruct && c.Mode == Pull && len(c.Targets) > 0:
+		return c.Targets[0]
+	case len(c.Sources) > 0:
+		return c.Sources[0]
+	}
+	return ""
 }
 
 // Transition moves a node to another operational state.

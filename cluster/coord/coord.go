@@ -228,11 +228,16 @@ func (c *Coordinator) sortedCommands() []*command {
 
 // done says whether the nodes' reports show cmd's effect.
 func (c *Coordinator) done(cmd *command) bool {
-	_, has := c.replicas[cmd.Container][cmd.Target]
-	if cmd.Kind == cluster.Replicate {
-		return has
+	if cmd.Kind == cluster.Delete {
+		r, has := c.replicas[cmd.Container][cmd.Target]
+		return !has || r.Index != cmd.Index
 	}
-	return !has
+	for _, n := range cmd.Gains() {
+		if _, has := c.replicas[cmd.Container][n]; !has {
+			return false
+		}
+	}
+	return true
 }
 
 // Cycle is one run of the replication manager.
@@ -292,10 +297,7 @@ func (c *Coordinator) Cycle() error {
 	if len(d.Commands) > 0 {
 		cmds := make([]store.Command, len(d.Commands))
 		for i, dc := range d.Commands {
-			cmds[i] = store.Command{Node: dc.Target, Command: dc}
-			if dc.Kind == cluster.Replicate {
-				cmds[i].Node = dc.Sources[0]
-			}
+			cmds[i] = store.Command{Node: dc.Node(), Command: dc}
 		}
 		if cmds, err = c.cfg.Store.AddCommands(cmds); err != nil {
 			return err
