@@ -245,52 +245,125 @@ func checkChunk(ctx context.Context, path string, rs []record, buf []byte) (int6
 	if err != nil {
 		return 0, fmt.Sprintf("%s: %v", name, err), nil
 	}
+	if reason := tiles(name, rs, fi.Size()); reason != "" {
+		return 0, reason, nil
+	}
+	reason, err := checkFile(ctx, f, name, blockSums(name, rs), buf)
+	return fi.Size(), reason, err
+}
+
+// tiles checks that blocks rs, sorted by offset, cover a chunk file of
+// size bytes from 0 to its end with no gap or overlap.
+func tiles(name string, rs []record, size int64) string {
 	var pos int64
 	for _, r := range rs {
 		if r.off != pos {
-			return 0, fmt.Sprintf("%s: block %s at %d, want %d (gap or overlap)", name, r.id, r.off, pos), nil
+			return fmt.Sprintf("%s: block %s at %d, want %d (gap or overlap)", name, r.id, r.off, pos)
 		}
 		pos += r.id.Size
 	}
-	if pos != fi.Size() {
-		return 0, fmt.Sprintf("%s: %d bytes, its blocks cover %d", name, fi.Size(), pos), nil
+	if pos != size {
+		return fmt.Sprintf("%s: %d bytes, its blocks cover %d", name, size, pos)
 	}
-	h := xxhash.New()
-	i, left := 0, int64(0)
-	if len(rs) > 0 {
-		left = rs[0].id.Size
-	}
-	for i < len(rs) {
+	return ""
+}
+
+// checkFile reads f from its start to its end through sc and returns
+// what sc found wrong, or an error if ctx ends.
+func checkFile(ctx context.Context, f *os.File, name string, sc *sumChecker, buf []byte) (string, error) {
+	for {
 		if err := ctx.Err(); err != nil {
-			return 0, "", err
+			return "", err
 		}
 		m, err := f.Read(buf)
-		p := buf[:m]
-		for len(p) > 0 || (i < len(rs) && left == 0) {
-			take := min(int64(len(p)), left)
-			h.Write(p[:take])
-			p, left = p[take:], left-take
-			if left > 0 {
-				break
-			}
-			if got := h.Sum64(); got != rs[i].id.Sum {
-				return 0, fmt.Sprintf("%s: block %s at %d: xxh64 %s", name, rs[i].id, rs[i].off, checksum.Format(got)), nil
-			}
-			h.Reset()
-			if i++; i == len(rs) {
-				break
-			}
-			left = rs[i].id.Size
+		if _, werr := sc.Write(buf[:m]); werr != nil {
+			return werr.Error(), nil
 		}
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return 0, fmt.Sprintf("%s: %v", name, err), nil
+			return fmt.Sprintf("%s: %v", name, err), nil
 		}
 	}
-	if i < len(rs) {
-		return 0, fmt.Sprintf("%s: ends inside block %s", name, rs[i].id), nil
+	if err := sc.done(); err != nil {
+		return err.Error(), nil
 	}
-	return fi.Size(), "", nil
+	return "", nil
 }
+
+// sumChecker checks, as a file's bytes pass through it in order, that
+// each piece of it hashes to its sum: the blocks of a chunk file, the
+// cells of an EC index file. Piece k is piece(k) (its size and sum);
+// bad(k, got) says what is wrong with a piece that hashes to got. Its
+// errors are damage.
+type sumChecker struct {
+	n     int
+	piece func(k int) (size int64, sum uint64)
+	bad   func(k int, got uint64) string
+	end   func(k int) string // the file ended inside piece k
+	k     int
+	left  int64
+	h     *xxhash.Digest
+}
+
+func newSumChecker(n int, piece func(int) (int64, uint64), bad func(int, uint64) string, end func(int) string) *sumChecker {
+	sc := &sumChecker{n: n, piece: piece, bad: bad, end: end, h: xxhash.New()}
+	if n > 0 {
+		sc.left, _ = piece(0)
+	}
+	return sc
+}
+
+// blockSums checks the blocks rs of chunk file name, sorted by offset.
+func blockSums(name string, rs []record) *sumChecker {
+	return newSumChecker(len(rs),
+		func(k int) (int64, uint64) { return rs[k].id.Size, rs[k].id.Sum },
+		func(k int, got uint64) string {
+			return fmt.Sprintf("%s: block %s at %d: xxh64 %s", name, rs[k].id, rs[k].off, checksum.Format(got))
+		},
+		func(k int) string { return fmt.Sprintf("%s: ends inside block %s", name, rs[k].id) })
+}
+
+func (sc *sumChecker) Write(p []byte) (int, error) {
+	n := len(p)
+	for {
+		// Every piece p completes, empty ones included.
+		for sc.k < sc.n && sc.left == 0 {
+			if _, want := sc.piece(sc.k); sc.h.Sum64() != want {
+				return 0, damage(sc.bad(sc.k, sc.h.Sum64()))
+			}
+			sc.h.Reset()
+			if sc.k++; sc.k < sc.n {
+				sc.left, _ = sc.piece(sc.k)
+			}
+		}
+		if len(p) == 0 {
+			return n, nil
+		}
+		if sc.k == sc.n {
+			return 0, damage(fmt.Sprintf("%d bytes beyond the last piece", len(p)))
+		}
+		take := min(int64(len(p)), sc.left)
+		sc.h.Write(p[:take])
+		p, sc.left = p[take:], sc.left-take
+	}
+}
+
+// done checks that every piece was written whole.
+func (sc *sumChecker) done() error {
+	if _, err := sc.Write(nil); err != nil {
+		return err
+	}
+	if sc.k < sc.n {
+		return damage(sc.end(sc.k))
+	}
+	return nil
+}
+
+// damage is data found wrong: its message is the reason a scan gives,
+// and it wraps ErrCorrupt.
+type damage string
+
+func (d damage) Error() string { return string(d) }
+func (d damage) Unwrap() error { return ErrCorrupt }
