@@ -47,6 +47,10 @@ type container struct {
 	chunkOff int64    // its length
 	lastPut  time.Time
 
+	// ecx is an EC index replica's layout, table and blocks, read from its
+	// container.db when first needed (see Store.ecIndexOf).
+	ecx atomic.Pointer[ecIndex]
+
 	// Guarded by Store.mu: indexed says the container's blocks are in
 	// Store.blocks; size is what it counts for in its volume's used bytes.
 	indexed bool

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/cmfs-project/cmfs/ec"
 	"github.com/cmfs-project/cmfs/internal/checksum"
 	"go.yaml.in/yaml/v3"
 )
@@ -168,7 +169,25 @@ func (d *Descriptor) validate() error {
 	case d.Chunks < 0 || d.Chunks > maxChunks:
 		return fmt.Errorf("%d chunks", d.Chunks)
 	}
-	return ValidateReplication(d.Replication)
+	if err := ValidateReplication(d.Replication); err != nil {
+		return err
+	}
+	if d.ReplicaIndex == 0 {
+		return nil
+	}
+	// An EC index replica: one chunk file of cells, never written to.
+	sc, err := ec.ParseScheme(d.Replication)
+	switch {
+	case err != nil:
+		return fmt.Errorf("replica index %d: %v", d.ReplicaIndex, err)
+	case d.ReplicaIndex > sc.Total():
+		return fmt.Errorf("replica index %d of %s", d.ReplicaIndex, sc)
+	case d.Chunks != 1:
+		return fmt.Errorf("EC index replica of %d chunks", d.Chunks)
+	case d.State == Open || d.State == Closing:
+		return fmt.Errorf("EC index replica %s", d.State)
+	}
+	return nil
 }
 
 // ValidateReplication checks a replication config: "replica:N" (N ≥ 1) or

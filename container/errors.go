@@ -36,6 +36,16 @@ var (
 	ErrBadCompression = errors.New("container: unknown compression")
 	// ErrInUse: OpenStore of a volume another Store (or process) holds.
 	ErrInUse = errors.New("container: volume in use by another process")
+	// ErrNotEC: Encode of a container that is not a whole EC one (its
+	// replication is replica:N, or it is an index replica), or ReadCells,
+	// ECInfo, LocateBlock or OpenMeta of one that is not an EC index
+	// replica.
+	ErrNotEC = errors.New("container: not an EC container of the kind the call needs")
+	// ErrRange: ReadCells of stripes the layout does not have or of more
+	// than MaxReadCells bytes; an offset beyond the container.
+	ErrRange = errors.New("container: out of range")
+	// ErrInvalid: a ReconstructSpec that does not hold together.
+	ErrInvalid = errors.New("container: invalid request")
 	// ErrClosed: a call on a closed Store.
 	ErrClosed = errors.New("container: store is closed")
 )

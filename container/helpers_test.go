@@ -111,7 +111,7 @@ func tree(t *testing.T, dir string) []string {
 }
 
 // emptyVolumeTree is what a volume holds with no containers.
-var emptyVolumeTree = []string{".lock", "tmp/", "tmp/container-copy/", "tmp/container-delete/", "tmp/container-extract/", "tmp/container-new/"}
+var emptyVolumeTree = []string{".lock", "tmp/", "tmp/container-copy/", "tmp/container-delete/", "tmp/container-extract/", "tmp/container-new/", "tmp/ec-stage/"}
 
 // randBytes returns n pseudo-random bytes from seed.
 func randBytes(seed uint64, n int) []byte {

@@ -382,14 +382,9 @@ func (im *importer) grow(total int64) error {
 	if total <= im.res {
 		return nil
 	}
-	_, free, err := s.opts.Statfs(im.v.dir)
-	if err != nil {
+	if err := s.reserve(im.v, total-im.res); err != nil {
 		return err
 	}
-	if more := total - im.res; free-im.v.reserved < more {
-		return fmt.Errorf("%d more bytes needed, volume %s has %d: %w", more, im.v.dir, free-im.v.reserved, ErrNoSpace)
-	}
-	im.v.reserved += total - im.res
 	im.res = total
 	return nil
 }

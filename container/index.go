@@ -123,25 +123,10 @@ func openIndex(dir string) (*bolt.DB, error) {
 }
 
 // readIndex reads every record of the index at path in key order and
-// returns them with the container checksum over them. bbolt trusts its
-// file and panics on some corruptions; a panic here becomes ErrCorrupt so
-// a bad file can only make its container UNHEALTHY, never stop the node.
+// returns them with the container checksum over them.
 func readIndex(path string) (recs []record, sum uint64, err error) {
-	if _, err := os.Stat(path); err != nil {
-		return nil, 0, err // bolt.Open would create it
-	}
-	db, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: time.Second, ReadOnly: true})
-	if err != nil {
-		return nil, 0, fmt.Errorf("open index %s: %v: %w", path, err, ErrCorrupt)
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			recs, sum, err = nil, 0, fmt.Errorf("read index %s: %v: %w", path, p, ErrCorrupt)
-		}
-		db.Close()
-	}()
 	h := xxhash.New()
-	err = db.View(func(tx *bolt.Tx) error {
+	err = viewIndex(path, func(tx *bolt.Tx) error {
 		b := tx.Bucket(blocksBucket)
 		if b == nil {
 			return errors.New("no blocks bucket")
@@ -158,9 +143,33 @@ func readIndex(path string) (recs []record, sum uint64, err error) {
 		})
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("read index %s: %v: %w", path, err, ErrCorrupt)
+		return nil, 0, err
 	}
 	return recs, h.Sum64(), nil
+}
+
+// viewIndex runs fn in a read-only transaction on the index at path.
+// bbolt trusts its file and panics on some corruptions; a panic here
+// becomes ErrCorrupt, as does fn's error, so a bad file can only make its
+// container UNHEALTHY, never stop the node.
+func viewIndex(path string, fn func(tx *bolt.Tx) error) (err error) {
+	if _, err := os.Stat(path); err != nil {
+		return err // bolt.Open would create it
+	}
+	db, err := bolt.Open(path, 0o644, &bolt.Options{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("open index %s: %v: %w", path, err, ErrCorrupt)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("read index %s: %v: %w", path, p, ErrCorrupt)
+		}
+		db.Close()
+	}()
+	if err := db.View(fn); err != nil {
+		return fmt.Errorf("read index %s: %v: %w", path, err, ErrCorrupt)
+	}
+	return nil
 }
 
 // indexChecksum computes the container checksum over an open index.

@@ -45,9 +45,19 @@ func (s *Store) export(ctx context.Context, id uint64, comp Compression, w io.Wr
 	if d.State != Closed && d.State != Unhealthy {
 		return fmt.Errorf("state %s: %w", d.State, ErrNotClosed)
 	}
+	return pack(ctx, c.dir, d, comp, w)
+}
+
+// pack writes the container directory dir, whose descriptor is d, as a
+// tarball (see Export); its files must not change meanwhile.
+func pack(ctx context.Context, dir string, d Descriptor, comp Compression, w io.Writer) error {
+	comp, err := comp.norm()
+	if err != nil {
+		return err
+	}
 	// The descriptor's bytes as they are on disk, so its checksum travels
 	// unchanged.
-	raw, err := os.ReadFile(filepath.Join(c.dir, descriptorName))
+	raw, err := os.ReadFile(filepath.Join(dir, descriptorName))
 	if err != nil {
 		return err
 	}
@@ -68,7 +78,7 @@ func (s *Store) export(ctx context.Context, id uint64, comp Compression, w io.Wr
 		return err
 	}
 	for _, name := range []string{checksumName, dbName} {
-		if err := p.file(ctx, c.dir, name); err != nil {
+		if err := p.file(ctx, dir, name); err != nil {
 			return err
 		}
 	}
@@ -76,7 +86,7 @@ func (s *Store) export(ctx context.Context, id uint64, comp Compression, w io.Wr
 		return err
 	}
 	for n := 0; n < d.Chunks; n++ {
-		if err := p.file(ctx, c.dir, chunkName(n)); err != nil {
+		if err := p.file(ctx, dir, chunkName(n)); err != nil {
 			return err
 		}
 	}

@@ -2,14 +2,12 @@ package container
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/cmfs-project/cmfs/internal/checksum"
@@ -207,6 +205,14 @@ func check(ctx context.Context, dir string, d Descriptor) ([]record, string, err
 	if len(names) != d.Chunks {
 		return nil, fmt.Sprintf("%d chunk files, descriptor says %d", len(names), d.Chunks), nil
 	}
+	if d.ReplicaIndex > 0 {
+		// Its chunk file holds cells, not the blocks.
+		reason, err := checkECIndex(ctx, dir, d, recs)
+		if err != nil || reason != "" {
+			return nil, reason, err
+		}
+		return recs, "", nil
+	}
 	byChunk := make([][]record, d.Chunks)
 	for _, r := range recs {
 		if r.chunk >= d.Chunks {
@@ -217,8 +223,7 @@ func check(ctx context.Context, dir string, d Descriptor) ([]record, string, err
 	var total int64
 	buf := make([]byte, copyBufSize)
 	for n, rs := range byChunk {
-		// An empty block may share its offset with the next one.
-		slices.SortFunc(rs, func(a, b record) int { return cmp.Or(cmp.Compare(a.off, b.off), cmp.Compare(a.id.Size, b.id.Size)) })
+		sortByOffset(rs)
 		size, reason, err := checkChunk(ctx, filepath.Join(dir, chunkName(n)), rs, buf)
 		if err != nil || reason != "" {
 			return nil, reason, err

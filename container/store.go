@@ -773,8 +773,26 @@ func (s *Store) choose(need int64) (*volume, int64, error) {
 	return best, bestAvail, nil
 }
 
-// index adds c's blocks to the lookup map. s.mu is held.
+// reserve sets n more bytes of v aside, if v has them beyond what is
+// reserved already. s.mu is held.
+func (s *Store) reserve(v *volume, n int64) error {
+	_, free, err := s.opts.Statfs(v.dir)
+	if err != nil {
+		return err
+	}
+	if free-v.reserved < n {
+		return fmt.Errorf("%d more bytes needed, volume %s has %d: %w", n, v.dir, free-v.reserved, ErrNoSpace)
+	}
+	v.reserved += n
+	return nil
+}
+
+// index adds c's blocks to the lookup map. s.mu is held. An EC index
+// replica's chunk file holds cells, not its blocks: it serves none.
 func (s *Store) index(c *container, recs []record) {
+	if c.desc.Load().ReplicaIndex > 0 {
+		return
+	}
 	for _, r := range recs {
 		s.blocks[r.id.Sum] = append(s.blocks[r.id.Sum], loc{size: r.id.Size, c: c, chunk: r.chunk, off: r.off})
 	}

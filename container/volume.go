@@ -34,12 +34,13 @@ const (
 	extractDir  = "tmp/container-extract" // tarballs being unpacked
 	newDir      = "tmp/container-new"     // containers being created
 	deleteDir   = "tmp/container-delete"  // containers being removed
+	stageDir    = "tmp/ec-stage"          // EC index replicas being built (Staged)
 	copyBufSize = 1 << 20
 )
 
 // tmpDirs are emptied by OpenStore: whatever is in them was left by a
 // process that died mid-way.
-var tmpDirs = []string{copyDir, extractDir, newDir, deleteDir}
+var tmpDirs = []string{copyDir, extractDir, newDir, deleteDir, stageDir}
 
 // volume is one directory a Store keeps containers in. reserved and used
 // are guarded by Store.mu.
