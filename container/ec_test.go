@@ -276,7 +276,7 @@ func TestECIndexVerify(t *testing.T) {
 	}{
 		{"cell flipped", func(t *testing.T, dir string, d Descriptor) {
 			flipByte(t, filepath.Join(dir, chunkName(0)), 2<<10+5) // stripe 2
-		}, "cell 2 of index 2"},
+		}, "cell (stripe 2, index 2)"},
 		{"db byte flipped", func(t *testing.T, dir string, d Descriptor) {
 			flipByte(t, filepath.Join(dir, dbName), 4096+30)
 		}, "index file"},
@@ -318,6 +318,7 @@ func TestECIndexVerify(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Logf("reason: %s", got.Reason)
 			if got.State != Unhealthy || !strings.Contains(got.Reason, tc.reason) {
 				t.Fatalf("%s %q, want UNHEALTHY naming %q", got.State, got.Reason, tc.reason)
 			}

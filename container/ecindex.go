@@ -208,10 +208,10 @@ func (x *ecIndex) cellSums(index int, name string) *sumChecker {
 	return newSumChecker(int(l.Stripes()),
 		func(k int) (int64, uint64) { return int64(l.CellLen(int64(k), index)), t.Sum(int64(k), index) },
 		func(k int, got uint64) string {
-			return fmt.Sprintf("%s: cell %d of index %d (stripe %d, at %d): xxh64 %s, cell table says %s",
-				name, k, index, k, int64(k)*int64(l.Cell), checksum.Format(got), checksum.Format(t.Sum(int64(k), index)))
+			return fmt.Sprintf("%s: cell (stripe %d, index %d) at %d: xxh64 %s, cell table says %s",
+				name, k, index, int64(k)*int64(l.Cell), checksum.Format(got), checksum.Format(t.Sum(int64(k), index)))
 		},
-		func(k int) string { return fmt.Sprintf("%s: ends inside cell %d of index %d", name, k, index) })
+		func(k int) string { return fmt.Sprintf("%s: ends inside cell (stripe %d, index %d)", name, k, index) })
 }
 
 // ecIndexOf returns container id, a CLOSED index replica, and its EC
