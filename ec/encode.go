@@ -46,16 +46,6 @@ func (b *batch) at(first int64) {
 	b.n = min(int64(len(b.cells[0])/b.l.Cell), b.l.Stripes()-first)
 }
 
-// shards returns stripe j of the batch as reedsolomon wants it: every
-// cell Cell bytes long (the short ones padded with zeros).
-func (b *batch) shards(j int64, into [][]byte) [][]byte {
-	into = into[:0]
-	for i := range b.cells {
-		into = append(into, b.cells[i][j*int64(b.l.Cell):(j+1)*int64(b.l.Cell)])
-	}
-	return into
-}
-
 // cell returns cell (first+j, index) at its real length.
 func (b *batch) cell(j int64, index int) []byte {
 	return b.cells[index-1][j*int64(b.l.Cell):][:b.l.CellLen(b.first+j, index)]
@@ -81,25 +71,32 @@ func Encode(l Layout, r io.Reader, w []io.Writer) (Table, error) {
 	}
 	t := NewTable(l)
 	b := newBatch(l)
-	var shards [][]byte
+	shards := make([][]byte, l.Total())
 	for first := int64(0); first < l.Stripes(); first += b.n {
 		b.at(first)
 		for j := range b.n {
-			s := b.shards(j, shards)
 			for i := 1; i <= l.Data; i++ {
-				n := b.l.CellLen(first+j, i)
-				if _, err := io.ReadFull(r, s[i-1][:n]); err != nil {
+				c := b.cells[i-1][j*int64(l.Cell):][:l.Cell]
+				n := l.CellLen(first+j, i)
+				if _, err := io.ReadFull(r, c[:n]); err != nil {
 					return Table{}, fmt.Errorf("encode: read stripe %d cell %d: %w", first+j, i, err)
 				}
-				clear(s[i-1][n:])
+				clear(c[n:])
 			}
-			if err := rs.Encode(s); err != nil {
-				return Table{}, fmt.Errorf("encode: stripe %d: %w", first+j, err)
-			}
+		}
+		// Reed-Solomon works byte by byte across the shards, so the
+		// batch's cells of each index, back to back, encode as one
+		// shard: one call per batch, not one per stripe.
+		for i := range shards {
+			shards[i] = b.cells[i][:b.n*int64(l.Cell)]
+		}
+		if err := rs.Encode(shards); err != nil {
+			return Table{}, fmt.Errorf("encode: stripes %d…%d: %w", first, first+b.n-1, err)
+		}
+		for j := range b.n {
 			for i := 1; i <= l.Total(); i++ {
 				t.set(first+j, i, xxhash.Sum64(b.cell(j, i)))
 			}
-			shards = s
 		}
 		for i, wi := range w {
 			if wi == nil {
