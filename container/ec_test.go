@@ -574,3 +574,192 @@ func (sc storeCells) ReadCells(ctx context.Context, index int, first, n int64) (
 }
 
 var _ ec.CellSource = storeCells{}
+
+// ecCluster is a whole container encoded with rs-6-3-1k and each index
+// imported into a store of its own, the staged originals kept.
+type ecCluster struct {
+	whole  Descriptor
+	staged *Staged
+	stores map[int]*Store
+}
+
+func newECCluster(t *testing.T, seed uint64, sizes []int) ecCluster {
+	t.Helper()
+	opts := ecOpts
+	opts.Replication = "ec:rs-6-3-1k"
+	src := newTestStore(t, opts)
+	whole, _, _ := ecWhole(t, src, seed, sizes)
+	st := encode(t, src, whole.ID)
+	cl := ecCluster{whole: whole, staged: st, stores: map[int]*Store{}}
+	for _, i := range st.Indexes() {
+		cl.stores[i] = importIndex(t, st, i, None)
+	}
+	return cl
+}
+
+// spec asks for lost from the other indexes, the descriptor and the
+// metadata taken from the first of them.
+func (cl ecCluster) spec(t *testing.T, lost []int, fail map[int]bool) ReconstructSpec {
+	t.Helper()
+	sp := ReconstructSpec{ID: cl.whole.ID, Indexes: lost, Src: storeCells{id: cl.whole.ID, stores: cl.stores, fail: fail}}
+	for i := 1; i <= 9; i++ {
+		if !slices.Contains(lost, i) {
+			sp.Avail = append(sp.Avail, i)
+		}
+	}
+	from := cl.stores[sp.Avail[0]]
+	sp.Descriptor, _ = from.Descriptor(cl.whole.ID)
+	rc, _, err := from.OpenMeta(cl.whole.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rc.Close() })
+	sp.Meta = rc
+	return sp
+}
+
+func TestReconstruct(t *testing.T) {
+	ctx := context.Background()
+	for k, tc := range []struct {
+		name  string
+		sizes []int
+		lost  []int
+	}{
+		{"data cells", []int{40000, 3, 0, 9000}, []int{1, 2, 3}},
+		{"parity cells", []int{40000, 3, 0, 9000}, []int{7, 8, 9}},
+		{"mixed, one byte", []int{1}, []int{2, 5, 9}},
+		{"mixed, short last stripe", []int{6<<10 + 1500}, []int{1, 6, 7}},
+		{"one index", []int{12345}, []int{4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := newECCluster(t, uint64(10*k), tc.sizes)
+			target := newTestStore(t, Options{})
+			st, err := target.Reconstruct(ctx, cl.spec(t, tc.lost, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			if got := st.Indexes(); !slices.Equal(got, slices.Sorted(slices.Values(tc.lost))) {
+				t.Fatalf("staged %v, want %v", got, tc.lost)
+			}
+			for _, i := range tc.lost {
+				// Byte for byte what Encode made, descriptor included.
+				if got, want := st.Descriptor(i), cl.staged.Descriptor(i); got != want {
+					t.Fatalf("index %d: descriptor %+v\nencoded %+v", i, got, want)
+				}
+				got, err := os.ReadFile(filepath.Join(st.indexDir(i), chunkName(0)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := os.ReadFile(filepath.Join(cl.staged.indexDir(i), chunkName(0)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Fatalf("index %d: reconstructed cells differ from the encoded ones", i)
+				}
+				importIndex(t, st, i, Snappy)
+			}
+			d, err := st.Adopt(ctx, tc.lost[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, err = target.WaitScan(ctx, d.ID); err != nil || d.State != Closed || d.ReplicaIndex != tc.lost[0] {
+				t.Fatalf("adopted: %s %q index %d, %v", d.State, d.Reason, d.ReplicaIndex, err)
+			}
+		})
+	}
+}
+
+// corruptCells returns one index's cells with a byte flipped.
+type corruptCells struct {
+	storeCells
+	bad int
+}
+
+func (c corruptCells) ReadCells(ctx context.Context, index int, first, n int64) ([]byte, error) {
+	b, err := c.storeCells.ReadCells(ctx, index, first, n)
+	if err == nil && index == c.bad && len(b) > 0 {
+		b[len(b)/2] ^= 1
+	}
+	return b, err
+}
+
+func TestReconstructFails(t *testing.T) {
+	ctx := context.Background()
+	cl := newECCluster(t, 77, []int{30000, 5000})
+	lost := []int{2, 4, 8}
+	for _, tc := range []struct {
+		name string
+		sp   func(t *testing.T) ReconstructSpec
+		want error
+	}{
+		{"a source down of exactly D", func(t *testing.T) ReconstructSpec {
+			return cl.spec(t, lost, map[int]bool{6: true})
+		}, ec.ErrTooFewCells},
+		{"corrupt cells of exactly D", func(t *testing.T) ReconstructSpec {
+			sp := cl.spec(t, lost, nil)
+			sp.Src = corruptCells{sp.Src.(storeCells), 9}
+			return sp
+		}, ec.ErrTooFewCells},
+		{"metadata of another size", func(t *testing.T) ReconstructSpec {
+			sp := cl.spec(t, lost, nil)
+			sp.Meta = bytes.NewReader([]byte("not a bbolt file"))
+			return sp
+		}, ErrCorrupt},
+		{"metadata with a flipped byte", func(t *testing.T) ReconstructSpec {
+			sp := cl.spec(t, lost, nil)
+			var buf bytes.Buffer
+			buf.ReadFrom(sp.Meta)
+			b := buf.Bytes()
+			b[5000] ^= 1
+			sp.Meta = bytes.NewReader(b)
+			return sp
+		}, ErrCorrupt},
+		{"fewer than D available", func(t *testing.T) ReconstructSpec {
+			sp := cl.spec(t, lost, nil)
+			sp.Avail = sp.Avail[:5]
+			return sp
+		}, ErrInvalid},
+		{"an index both available and lost", func(t *testing.T) ReconstructSpec {
+			sp := cl.spec(t, lost, nil)
+			sp.Indexes = []int{2, sp.Avail[0]}
+			return sp
+		}, ErrInvalid},
+		{"a whole copy's descriptor", func(t *testing.T) ReconstructSpec {
+			sp := cl.spec(t, lost, nil)
+			sp.Descriptor = cl.whole
+			return sp
+		}, ErrInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := newTestStore(t, Options{})
+			st, err := target.Reconstruct(ctx, tc.sp(t))
+			if !errors.Is(err, tc.want) {
+				if st != nil {
+					st.Close()
+				}
+				t.Fatalf("Reconstruct: %v, want %v", err, tc.want)
+			}
+			t.Logf("error: %v", err)
+			// A failed reconstruction leaves nothing: no staged files,
+			// nothing reserved, no container (checkStore checks too).
+			v := target.Volumes()[0]
+			if got := tree(t, v.Path); !sameStrings(got, emptyVolumeTree) || v.Reserved != 0 || len(target.List()) != 0 {
+				t.Fatalf("after a failed reconstruction: %v, %d reserved, %d containers", got, v.Reserved, len(target.List()))
+			}
+		})
+	}
+	// One bad source among more than D is made up for.
+	for name, sp := range map[string]ReconstructSpec{
+		"down":    cl.spec(t, []int{2, 4}, map[int]bool{6: true}),
+		"corrupt": func() ReconstructSpec { sp := cl.spec(t, []int{2, 4}, nil); sp.Src = corruptCells{sp.Src.(storeCells), 9}; return sp }(),
+	} {
+		target := newTestStore(t, Options{})
+		st, err := target.Reconstruct(ctx, sp)
+		if err != nil {
+			t.Fatalf("one source %s of D+1: %v", name, err)
+		}
+		st.Close()
+	}
+}
