@@ -752,8 +752,12 @@ func TestReconstructFails(t *testing.T) {
 	}
 	// One bad source among more than D is made up for.
 	for name, sp := range map[string]ReconstructSpec{
-		"down":    cl.spec(t, []int{2, 4}, map[int]bool{6: true}),
-		"corrupt": func() ReconstructSpec { sp := cl.spec(t, []int{2, 4}, nil); sp.Src = corruptCells{sp.Src.(storeCells), 9}; return sp }(),
+		"down": cl.spec(t, []int{2, 4}, map[int]bool{6: true}),
+		"corrupt": func() ReconstructSpec {
+			sp := cl.spec(t, []int{2, 4}, nil)
+			sp.Src = corruptCells{sp.Src.(storeCells), 9}
+			return sp
+		}(),
 	} {
 		target := newTestStore(t, Options{})
 		st, err := target.Reconstruct(ctx, sp)
