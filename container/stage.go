@@ -82,7 +82,7 @@ func (s *Store) Encode(ctx context.Context, id uint64) (*Staged, error) {
 	return st, nil
 }
 
-func (s *Store) encode(ctx context.Context, id uint64) (_ *Staged, err error) {
+func (s *Store) encode(ctx context.Context, id uint64) (*Staged, error) {
 	c, err := s.get(id)
 	if err != nil {
 		return nil, err
@@ -116,40 +116,30 @@ func (s *Store) encode(ctx context.Context, id uint64) (_ *Staged, err error) {
 	}
 	defer stream.close()
 	x := &ecIndex{layout: ec.Layout{Scheme: sc, Size: d.Bytes}, chunks: stream.sizes}
-	st, ctx, end, err := s.beginStage(ctx, c.vol, id, stageSize(x.layout, indexesOf(sc), d.MetadataBytes))
-	if err != nil {
-		return nil, err
-	}
-	defer end()
-	defer func() {
+	all := indexesOf(sc)
+	return s.stage(ctx, c.vol, id, stageSize(x.layout, all, d.MetadataBytes), func(ctx context.Context, st *Staged) error {
+		stream.ctx = ctx
+		files, err := st.create(all)
 		if err != nil {
-			st.Close()
+			return err
 		}
-	}()
-	stream.ctx = ctx
-	files, err := st.create(indexesOf(sc))
-	if err != nil {
-		return nil, err
-	}
-	defer closeAll(files) // finish closes them; this is for the errors before
-	ws := make([]io.Writer, len(files))
-	for k, f := range files {
-		ws[k] = f
-	}
-	if x.table, err = ec.Encode(x.layout, stream, ws); err != nil {
-		return nil, err
-	}
-	// What is left is empty: the checks of the last chunks' blocks.
-	if _, err := io.Copy(io.Discard, stream); err != nil {
-		return nil, err
-	}
-	if err := writeECDB(filepath.Join(st.dir, dbStaged), recs, x, s.sync); err != nil {
-		return nil, err
-	}
-	if err := st.finish(indexesOf(sc), files, x, d); err != nil {
-		return nil, err
-	}
-	return st, nil
+		defer closeAll(files) // finish closes them; this is for the errors before
+		ws := make([]io.Writer, len(files))
+		for k, f := range files {
+			ws[k] = f
+		}
+		if x.table, err = ec.Encode(x.layout, stream, ws); err != nil {
+			return err
+		}
+		// What is left is empty: the checks of the last chunks' blocks.
+		if _, err := io.Copy(io.Discard, stream); err != nil {
+			return err
+		}
+		if err := writeECDB(filepath.Join(st.dir, dbStaged), recs, x, s.sync); err != nil {
+			return err
+		}
+		return st.finish(all, files, x, d)
+	})
 }
 
 // indexesOf returns 1 … D+P.
@@ -174,11 +164,11 @@ func stageSize(l ec.Layout, indexes []int, meta int64) int64 {
 	return n
 }
 
-// beginStage reserves need bytes on v (on the roomiest volume that has
-// them if v is nil) and makes a staging directory there for container
-// id. Until end is called the Store's Close cancels the returned context
-// and waits.
-func (s *Store) beginStage(ctx context.Context, v *volume, id uint64, need int64) (*Staged, context.Context, func(), error) {
+// stage reserves need bytes on v (on the roomiest volume that has them
+// if v is nil), makes a staging directory there for container id and
+// has build fill it. If build fails, what it staged is removed. The
+// Store's Close cancels build's context and waits for it.
+func (s *Store) stage(ctx context.Context, v *volume, id uint64, need int64, build func(ctx context.Context, st *Staged) error) (*Staged, error) {
 	s.mu.Lock()
 	var err error
 	switch {
@@ -193,24 +183,24 @@ func (s *Store) beginStage(ctx context.Context, v *volume, id uint64, need int64
 	}
 	if err != nil {
 		s.mu.Unlock()
-		return nil, nil, nil, err
+		return nil, err
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
-	st := &Staged{s: s, id: id, v: v, res: need, descs: map[int]Descriptor{}, sizes: map[int]int64{}, adopted: map[int]bool{}}
+	defer s.wg.Done()
 	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(s.ctx, cancel)
-	end := func() {
-		stop()
-		cancel()
-		s.wg.Done()
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
+	st := &Staged{s: s, id: id, v: v, res: need, descs: map[int]Descriptor{}, sizes: map[int]int64{}, adopted: map[int]bool{}}
+	st.dir, err = os.MkdirTemp(v.path(stageDir), strconv.FormatUint(id, 10)+"-")
+	if err == nil {
+		err = build(ctx, st)
 	}
-	if st.dir, err = os.MkdirTemp(v.path(stageDir), strconv.FormatUint(id, 10)+"-"); err != nil {
-		end()
+	if err != nil {
 		st.Close()
-		return nil, nil, nil, err
+		return nil, err
 	}
-	return st, ctx, end, nil
+	return st, nil
 }
 
 // create makes the directories of indexes and their chunk files.
@@ -514,7 +504,7 @@ func (s *Store) Reconstruct(ctx context.Context, sp ReconstructSpec) (*Staged, e
 	return st, nil
 }
 
-func (s *Store) reconstruct(ctx context.Context, sp ReconstructSpec) (_ *Staged, err error) {
+func (s *Store) reconstruct(ctx context.Context, sp ReconstructSpec) (*Staged, error) {
 	d := sp.Descriptor
 	sc, err := sp.check()
 	if err != nil {
@@ -523,59 +513,48 @@ func (s *Store) reconstruct(ctx context.Context, sp ReconstructSpec) (_ *Staged,
 	// The layout is in the metadata, not yet read: reserve what the
 	// largest index can be, a stripe beyond the source's.
 	bound := ec.Layout{Scheme: sc, Size: (d.Bytes/int64(sc.Cell) + 1) * sc.StripeBytes()}
-	st, ctx, end, err := s.beginStage(ctx, nil, sp.ID, stageSize(bound, sp.Indexes, d.MetadataBytes))
-	if err != nil {
-		return nil, err
-	}
-	defer end()
-	defer func() {
+	return s.stage(ctx, nil, sp.ID, stageSize(bound, sp.Indexes, d.MetadataBytes), func(ctx context.Context, st *Staged) error {
+		db := filepath.Join(st.dir, dbStaged)
+		n, msum, err := writeNew(db, sp.Meta, d.MetadataBytes+1, s.sync)
 		if err != nil {
-			st.Close()
+			return fmt.Errorf("receive metadata: %w", err)
 		}
-	}()
-	db := filepath.Join(st.dir, dbStaged)
-	n, msum, err := writeNew(db, sp.Meta, d.MetadataBytes+1, s.sync)
-	if err != nil {
-		return nil, fmt.Errorf("receive metadata: %w", err)
-	}
-	if n != d.MetadataBytes || checksum.Format(msum) != d.MetadataChecksum {
-		return nil, fmt.Errorf("metadata of %d bytes xxh64 %s, descriptor says %d bytes %s: %w", n, checksum.Format(msum), d.MetadataBytes, d.MetadataChecksum, ErrCorrupt)
-	}
-	recs, sum, err := readIndex(db)
-	if err != nil {
-		return nil, err
-	}
-	if checksum.Format(sum) != d.ContainerChecksum || int64(len(recs)) != d.Blocks {
-		return nil, fmt.Errorf("metadata holds %d blocks, container checksum %s; descriptor says %d, %s: %w", len(recs), checksum.Format(sum), d.Blocks, d.ContainerChecksum, ErrCorrupt)
-	}
-	x, err := readECIndex(db, d, recs)
-	if err != nil {
-		return nil, err
-	}
-	files, err := st.create(sp.Indexes)
-	if err != nil {
-		return nil, err
-	}
-	defer closeAll(files) // finish closes them; this is for the errors before
-	ws := make([]io.Writer, len(files))
-	checks := make([]*sumChecker, len(files))
-	for k, f := range files {
-		checks[k] = x.cellSums(sp.Indexes[k], fmt.Sprintf("index %d", sp.Indexes[k]))
-		ws[k] = io.MultiWriter(checks[k], f)
-	}
-	err = ec.Reconstruct(ctx, x.layout, x.table, sp.Src, sp.Avail, sp.Indexes, ws)
-	for _, c := range checks {
-		if err == nil {
-			err = c.done()
+		if n != d.MetadataBytes || checksum.Format(msum) != d.MetadataChecksum {
+			return fmt.Errorf("metadata of %d bytes xxh64 %s, descriptor says %d bytes %s: %w", n, checksum.Format(msum), d.MetadataBytes, d.MetadataChecksum, ErrCorrupt)
 		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := st.finish(sp.Indexes, files, x, d); err != nil {
-		return nil, err
-	}
-	return st, nil
+		recs, sum, err := readIndex(db)
+		if err != nil {
+			return err
+		}
+		if checksum.Format(sum) != d.ContainerChecksum || int64(len(recs)) != d.Blocks {
+			return fmt.Errorf("metadata holds %d blocks, container checksum %s; descriptor says %d, %s: %w", len(recs), checksum.Format(sum), d.Blocks, d.ContainerChecksum, ErrCorrupt)
+		}
+		x, err := readECIndex(db, d, recs)
+		if err != nil {
+			return err
+		}
+		files, err := st.create(sp.Indexes)
+		if err != nil {
+			return err
+		}
+		defer closeAll(files) // finish closes them; this is for the errors before
+		ws := make([]io.Writer, len(files))
+		checks := make([]*sumChecker, len(files))
+		for k, f := range files {
+			checks[k] = x.cellSums(sp.Indexes[k], fmt.Sprintf("index %d", sp.Indexes[k]))
+			ws[k] = io.MultiWriter(checks[k], f)
+		}
+		err = ec.Reconstruct(ctx, x.layout, x.table, sp.Src, sp.Avail, sp.Indexes, ws)
+		for _, c := range checks {
+			if err == nil {
+				err = c.done()
+			}
+		}
+		if err != nil {
+			return err
+		}
+		return st.finish(sp.Indexes, files, x, d)
+	})
 }
 
 // check returns the spec's scheme if the spec holds together: a CLOSED
