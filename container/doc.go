@@ -31,6 +31,18 @@
 //     written outside <volume>/tmp before the rename; every failure path
 //     removes the tarball and the temporary directory and releases the
 //     reservation; a kill -9 leaves them in tmp, which OpenStore empties.
+//   - EC. A container whose replication is ec:rs-D-P-CELLk is written
+//     whole (replicaIndex 0) like any other. Encode stripes a CLOSED one
+//     into its D+P index replicas (package ec), checking every block as
+//     it streams past, and Reconstruct rebuilds some indexes from the
+//     cells of D others (any ec.CellSource: local ReadCells, peers);
+//     both stage the indexes under <volume>/tmp/ec-stage, space
+//     reserved, and return a Staged: Export of an index (the tarball
+//     Store.Export gives), Adopt (an atomic rename into the volume,
+//     RECOVERING, then the scan, as an Import), Close (removes what was
+//     not adopted). A failure leaves nothing staged. An index replica
+//     holds cells, not blocks: OpenBlock never serves from it; ReadCells,
+//     ECInfo, LocateBlock and OpenMeta read a CLOSED one.
 //   - Prune forgets the containers (OPEN ones aside) whose directory was
 //     removed behind the Store's back, so List stops claiming them.
 //   - Verify re-reads everything a container holds and records CLOSED or
@@ -48,6 +60,7 @@
 //	<volume>/tmp/container-extract/    tarballs being unpacked: <id>-<random>/
 //	<volume>/tmp/container-new/        containers being created
 //	<volume>/tmp/container-delete/     containers being removed
+//	<volume>/tmp/ec-stage/             EC index replicas being built: <id>-<random>/<index>/
 //
 // and of a container directory (the tarball holds the same names, in this
 // order, container.yaml first):
@@ -78,4 +91,30 @@
 // end with no gap or overlap, which the scan checks along with each
 // block's xxh64. A chunk file starts when the previous one reaches
 // Options.ChunkSize; a block never spans two.
+//
+// An EC index replica i (1 … D+P) of container X has X's id, replicaIndex
+// i, replication "ec:rs-D-P-CELLk" (ec.ParseScheme's; the descriptor
+// check refuses i beyond D+P, more than one chunk, OPEN or CLOSING) and:
+//
+//	chunks/0.data                index i's cells back to back, bytes = Layout.IndexSize(i)
+//	metadata/container.db        "blocks": the whole container's records, as above (chunk
+//	                             and offset in its chunk files); "ec": "layout" → JSON
+//	                             {"scheme":"ec:rs-6-3-1024k","size":<logical bytes>,
+//	                             "chunks":[<size of chunk file 0>, …]}, "cells" → the
+//	                             ec.Table (an xxh64 per cell of every index, 8 bytes
+//	                             big-endian each, stripe by stripe, index by index)
+//	metadata/container.checksum  the whole container's checksum
+//
+// blocks is the whole container's count, and containerChecksum (over
+// "blocks" only) the whole container's, the same on every index and on
+// the whole copy. Every index's container.db has the same bytes, so a
+// node that reconstructs an index takes a source's as its own. The
+// logical stream is the whole container's chunk files back to back: a
+// block is at the sizes of the chunk files before its own plus its
+// offset (ECInfo.Offset). The scan of an index replica checks what every
+// container's does up to the index, then that the "ec" bucket parses and
+// agrees with the descriptor (scheme, IndexSize(i) = bytes), that the
+// blocks tile the chunk sizes it lists, that chunks/0.data is bytes long,
+// and every cell's xxh64 against the table: CLOSED, or UNHEALTHY naming
+// the first thing wrong (a cell by stripe and index).
 package container

@@ -767,3 +767,17 @@ func TestReconstructFails(t *testing.T) {
 		st.Close()
 	}
 }
+
+func TestEncodeCancelled(t *testing.T) {
+	s := newTestStore(t, ecOpts)
+	whole, _, _ := ecWhole(t, s, 8, []int{20000})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if st, err := s.Encode(ctx, whole.ID); !errors.Is(err, context.Canceled) {
+		if st != nil {
+			st.Close()
+		}
+		t.Fatalf("Encode with a cancelled context: %v, want context.Canceled", err)
+	}
+	// checkStore (cleanup): nothing staged, nothing reserved.
+}
