@@ -138,6 +138,9 @@ func (s *Store) scan(ctx context.Context, c *container) (Descriptor, error) {
 			return *c.desc.Load(), err
 		}
 	}
+	// An EC index replica's layout and table are read again when next
+	// needed, from the files as this scan found them.
+	c.ecx.Store(nil)
 	c.mu.Lock()
 	d := *c.desc.Load()
 	if reason == "" {
