@@ -781,3 +781,40 @@ func TestEncodeCancelled(t *testing.T) {
 	}
 	// checkStore (cleanup): nothing staged, nothing reserved.
 }
+
+// A container beyond one batch of stripes (ec works 4 MiB per index at a
+// time): every staged index passes the scan, and its data cells
+// interleaved are the chunk files.
+func TestEncodeBeyondABatch(t *testing.T) {
+	opts := ecOpts
+	opts.ChunkSize = 1 << 20
+	s := newTestStore(t, opts)
+	var sizes []int
+	for n := 0; n < 13; n++ {
+		sizes = append(sizes, 1<<20-n*1000)
+	}
+	whole, _, stream := ecWhole(t, s, 11, sizes)
+	st := encode(t, s, whole.ID)
+	sc, _ := ec.ParseScheme(whole.Replication)
+	l := ec.Layout{Scheme: sc, Size: whole.Bytes}
+	files := map[int][]byte{}
+	for _, i := range st.Indexes() {
+		if _, reason, err := check(context.Background(), st.indexDir(i), st.Descriptor(i)); err != nil || reason != "" {
+			t.Fatalf("staged index %d: %s %v", i, reason, err)
+		}
+		b, err := os.ReadFile(filepath.Join(st.indexDir(i), chunkName(0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[i] = b
+	}
+	var got []byte
+	for s := int64(0); s < l.Stripes(); s++ {
+		for i := 1; i <= sc.Data; i++ {
+			got = append(got, files[i][s*int64(l.Cell):][:l.CellLen(s, i)]...)
+		}
+	}
+	if !bytes.Equal(got, stream) {
+		t.Fatalf("data cells of %d bytes differ from the %d of the chunk files", len(got), len(stream))
+	}
+}
