@@ -818,3 +818,16 @@ func TestEncodeBeyondABatch(t *testing.T) {
 		t.Fatalf("data cells of %d bytes differ from the %d of the chunk files", len(got), len(stream))
 	}
 }
+
+func TestEncodeNoSpace(t *testing.T) {
+	opts := ecOpts
+	opts.Statfs = func(string) (int64, int64, error) { return 1 << 30, 64 << 10, nil }
+	s := newTestStore(t, opts)
+	whole, _, _ := ecWhole(t, s, 12, []int{20000})
+	if st, err := s.Encode(context.Background(), whole.ID); !errors.Is(err, ErrNoSpace) {
+		if st != nil {
+			st.Close()
+		}
+		t.Fatalf("Encode on a volume with 64 KiB free: %v, want ErrNoSpace", err)
+	}
+}
