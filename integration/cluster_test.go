@@ -19,12 +19,14 @@ import (
 
 type clusterReplica struct {
 	Node  string `json:"node"`
+	Index int    `json:"index"`
 	State string `json:"state"`
 }
 
 type clusterContainer struct {
 	ID       string           `json:"id"`
 	Class    string           `json:"class"`
+	Reason   string           `json:"reason"`
 	State    string           `json:"state"`
 	Replicas []clusterReplica `json:"replicas"`
 }
@@ -49,10 +51,17 @@ var clusterFlags = []string{"--heartbeat", "100ms", "--stale-after", "1s", "--de
 // extra serve flags, and waits until the coordinator knows all six.
 func startCluster(t *testing.T, extra ...string) *testCluster {
 	t.Helper()
+	return startClusterOf(t, 6, rackOf, extra...)
+}
+
+// startClusterOf starts dn1…dn<n>, each on the rack rack names, dn1 the
+// coordinator.
+func startClusterOf(t *testing.T, count int, rack func(node string) string, extra ...string) *testCluster {
+	t.Helper()
 	c := &testCluster{nodes: map[string]*replNode{}}
-	for i := 1; i <= 6; i++ {
+	for i := 1; i <= count; i++ {
 		name := fmt.Sprintf("dn%d", i)
-		flags := append([]string{"--rack", fmt.Sprintf("r%d", (i+1)/2)}, extra...)
+		flags := append([]string{"--rack", rack(name)}, extra...)
 		if i == 1 {
 			flags = append(flags, "--coordinator", "--cluster-store", filepath.Join(t.TempDir(), "cluster.db"))
 			flags = append(flags, clusterFlags...)
@@ -70,7 +79,7 @@ func startCluster(t *testing.T, extra ...string) *testCluster {
 			c.coord = n
 		}
 	}
-	c.waitHealthyNodes(t, 6)
+	c.waitHealthyNodes(t, count)
 	return c
 }
 
@@ -193,13 +202,18 @@ func TestClusterReplicaThree(t *testing.T) {
 // inModes runs f on a cluster in push mode and on one in pull mode
 // (--push=false: targets download what the coordinator asks them to copy).
 func inModes(t *testing.T, f func(t *testing.T, c *testCluster)) {
+	inModesOf(t, startCluster, f)
+}
+
+// inModesOf is inModes on the clusters start starts.
+func inModesOf(t *testing.T, start func(t *testing.T, extra ...string) *testCluster, f func(t *testing.T, c *testCluster)) {
 	for _, mode := range []string{"push", "pull"} {
 		t.Run(mode, func(t *testing.T) {
 			var extra []string
 			if mode == "pull" {
 				extra = []string{"--push=false"}
 			}
-			f(t, startCluster(t, extra...))
+			f(t, start(t, extra...))
 		})
 	}
 }

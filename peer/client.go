@@ -474,6 +474,9 @@ type FetchRequest struct {
 	// Sources are tried in order until one delivers.
 	Sources  []string
 	WaitScan bool
+	// Index, when set, downloads the EC index the sources hold staged
+	// (they encoded or rebuilt it), not a container of their stores.
+	Index int
 }
 
 // Fetch asks the node to import a container, downloading it from the
@@ -487,10 +490,11 @@ func (c *Client) Fetch(ctx context.Context, req FetchRequest) (ImportResult, err
 		return ImportResult{}, fmt.Errorf("fetch container %d: %w", req.Container, err)
 	}
 	resp, err := c.rpc.Fetch(ctx, &containerpb.FetchRequest{
-		ContainerId: req.Container,
-		Compression: string(req.Compression),
-		Sources:     req.Sources,
-		WaitScan:    req.WaitScan,
+		ContainerId:  req.Container,
+		Compression:  string(req.Compression),
+		Sources:      req.Sources,
+		WaitScan:     req.WaitScan,
+		ReplicaIndex: uint32(req.Index),
 	})
 	if err != nil {
 		return ImportResult{}, fromStatus(err)

@@ -61,12 +61,25 @@ func (s *Server) push(ctx context.Context, c *Client, t Task) (ImportResult, err
 	if err != nil {
 		return ImportResult{}, err
 	}
-	p, err := c.Push(ctx, PushHeader{Container: t.Container, Size: d.Size(), Compression: t.Compression, WaitScan: t.WaitScan})
+	h := PushHeader{Container: t.Container, Size: d.Size(), Compression: t.Compression, WaitScan: t.WaitScan}
+	return s.pushWith(ctx, c, h, func(ctx context.Context, w io.Writer) error {
+		return s.store.Export(ctx, t.Container, t.Compression, w)
+	})
+}
+
+// exportFunc writes a container's tarball to w: Store.Export, or a
+// staged EC index's Export.
+type exportFunc func(ctx context.Context, w io.Writer) error
+
+// pushWith streams what export writes into a Push stream to the target,
+// held to the node's bandwidth limit.
+func (s *Server) pushWith(ctx context.Context, c *Client, h PushHeader, export exportFunc) (ImportResult, error) {
+	p, err := c.Push(ctx, h)
 	if err != nil {
 		return ImportResult{}, err
 	}
 	w := limit(ctx, s.lim, countWriter{p, s.sup.m.sent})
-	if err := s.store.Export(ctx, t.Container, t.Compression, w); err != nil {
+	if err := export(ctx, w); err != nil {
 		p.Abort()
 		if perr := p.Err(); perr != nil {
 			return ImportResult{}, perr // the target's refusal, not the export's

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/time/rate"
@@ -50,6 +51,11 @@ type Server struct {
 
 	// onRetry, if set (tests), is called before each further attempt.
 	onRetry func(attempt int, err error)
+
+	// staged are the EC indexes this node encoded or rebuilt and holds
+	// for targets to download (pull mode).
+	stagedMu sync.Mutex
+	staged   map[stagedKey]*container.Staged
 }
 
 // NewServer returns a server of store with cfg's defaults filled in and,
@@ -477,7 +483,7 @@ func (s *Server) Download(req *containerpb.DownloadRequest, stream containerpb.C
 	if err != nil {
 		return toStatus(fmt.Errorf("download container %d: %w", req.ContainerId, err))
 	}
-	d, err := s.store.Descriptor(req.ContainerId)
+	d, export, err := s.exporter(req.ContainerId, int(req.ReplicaIndex), comp)
 	if err != nil {
 		return toStatus(err)
 	}
@@ -492,7 +498,7 @@ func (s *Server) Download(req *containerpb.DownloadRequest, stream containerpb.C
 		return err
 	}
 	w := newTarWriter(d.ID, &containerpb.TarChunk{Size: d.Size(), Compression: string(comp)}, send)
-	if err := s.store.Export(g.ctx, d.ID, comp, limit(g.ctx, s.lim, w)); err != nil {
+	if err := export(g.ctx, limit(g.ctx, s.lim, w)); err != nil {
 		return toStatus(g.fail(err))
 	}
 	if err := w.Close(); err != nil {
@@ -522,7 +528,7 @@ func (s *Server) Fetch(ctx context.Context, req *containerpb.FetchRequest) (*con
 	var first error
 	lasting := true // every source failed for good
 	for _, src := range req.Sources {
-		d, n, err := s.fetchFrom(ctx, src, id, comp)
+		d, n, err := s.fetchFrom(ctx, src, id, int(req.ReplicaIndex), comp)
 		if err == nil {
 			if req.WaitScan {
 				if d, err = s.store.WaitScan(ctx, id); err != nil {
@@ -554,7 +560,7 @@ func (s *Server) Fetch(ctx context.Context, req *containerpb.FetchRequest) (*con
 	return nil, toStatus(fmt.Errorf("fetch container %d: no source delivered (%s): %w", id, strings.Join(failed, "; "), cause))
 }
 
-func (s *Server) fetchFrom(ctx context.Context, src string, id uint64, comp container.Compression) (container.Descriptor, int64, error) {
+func (s *Server) fetchFrom(ctx context.Context, src string, id uint64, index int, comp container.Compression) (container.Descriptor, int64, error) {
 	c, err := s.dial(ctx, src)
 	if err != nil {
 		return container.Descriptor{}, 0, err
@@ -562,7 +568,7 @@ func (s *Server) fetchFrom(ctx context.Context, src string, id uint64, comp cont
 	defer c.Close()
 	g := s.guard(ctx, fmt.Sprintf("download container %d from %s", id, src))
 	defer g.stop()
-	stream, err := c.rpc.Download(g.ctx, &containerpb.DownloadRequest{ContainerId: id, Compression: string(comp)})
+	stream, err := c.rpc.Download(g.ctx, &containerpb.DownloadRequest{ContainerId: id, Compression: string(comp), ReplicaIndex: uint32(index)})
 	if err != nil {
 		return container.Descriptor{}, 0, fromStatus(err)
 	}

@@ -38,6 +38,13 @@ const (
 	Kind_KIND_UNSPECIFIED Kind = 0
 	Kind_REPLICATE        Kind = 1
 	Kind_DELETE           Kind = 2
+	// ENCODE: the node stripes its whole copy of an EC container into the
+	// indexes targets name, each shipped to its node in mode.
+	Kind_ENCODE Kind = 3
+	// RECONSTRUCT: the node rebuilds the indexes targets name from the
+	// cells sources hold: in push mode it ships them to their nodes, in
+	// pull mode it is the one target and keeps its index.
+	Kind_RECONSTRUCT Kind = 4
 )
 
 // Enum value maps for Kind.
@@ -46,11 +53,15 @@ var (
 		0: "KIND_UNSPECIFIED",
 		1: "REPLICATE",
 		2: "DELETE",
+		3: "ENCODE",
+		4: "RECONSTRUCT",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
 		"REPLICATE":        1,
 		"DELETE":           2,
+		"ENCODE":           3,
+		"RECONSTRUCT":      4,
 	}
 )
 
@@ -448,15 +459,22 @@ func (x *CommandResult) GetError() string {
 // the target downloads it); a DELETE goes to the node holding the
 // replica.
 type Command struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Kind          Kind                   `protobuf:"varint,2,opt,name=kind,proto3,enum=cmfs.cluster.v1.Kind" json:"kind,omitempty"`
-	ContainerId   uint64                 `protobuf:"varint,3,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
-	TargetNode    string                 `protobuf:"bytes,4,opt,name=target_node,json=targetNode,proto3" json:"target_node,omitempty"`
-	TargetAddr    string                 `protobuf:"bytes,5,opt,name=target_addr,json=targetAddr,proto3" json:"target_addr,omitempty"`
-	Mode          Mode                   `protobuf:"varint,6,opt,name=mode,proto3,enum=cmfs.cluster.v1.Mode" json:"mode,omitempty"`
-	Priority      int32                  `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
-	Deadline      int64                  `protobuf:"varint,8,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Kind        Kind                   `protobuf:"varint,2,opt,name=kind,proto3,enum=cmfs.cluster.v1.Kind" json:"kind,omitempty"`
+	ContainerId uint64                 `protobuf:"varint,3,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	TargetNode  string                 `protobuf:"bytes,4,opt,name=target_node,json=targetNode,proto3" json:"target_node,omitempty"`
+	TargetAddr  string                 `protobuf:"bytes,5,opt,name=target_addr,json=targetAddr,proto3" json:"target_addr,omitempty"`
+	Mode        Mode                   `protobuf:"varint,6,opt,name=mode,proto3,enum=cmfs.cluster.v1.Mode" json:"mode,omitempty"`
+	Priority    int32                  `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	Deadline    int64                  `protobuf:"varint,8,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// index is the replica index a REPLICATE copies or a DELETE removes (0:
+	// a whole container).
+	Index uint32 `protobuf:"varint,9,opt,name=index,proto3" json:"index,omitempty"`
+	// sources (RECONSTRUCT) hold the indexes to read; targets (ENCODE,
+	// RECONSTRUCT) take the indexes made.
+	Sources       []*Endpoint `protobuf:"bytes,10,rep,name=sources,proto3" json:"sources,omitempty"`
+	Targets       []*Endpoint `protobuf:"bytes,11,rep,name=targets,proto3" json:"targets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -547,6 +565,88 @@ func (x *Command) GetDeadline() int64 {
 	return 0
 }
 
+func (x *Command) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Command) GetSources() []*Endpoint {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+func (x *Command) GetTargets() []*Endpoint {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+// Endpoint is a node and one EC index it holds or is to hold.
+type Endpoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Index         uint32                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Endpoint) Reset() {
+	*x = Endpoint{}
+	mi := &file_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Endpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Endpoint) ProtoMessage() {}
+
+func (x *Endpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
+func (*Endpoint) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Endpoint) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *Endpoint) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *Endpoint) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Commands []*Command             `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
@@ -560,7 +660,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +672,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +685,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{5}
+	return file_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HeartbeatResponse) GetCommands() []*Command {
@@ -617,7 +717,7 @@ type NodesRequest struct {
 
 func (x *NodesRequest) Reset() {
 	*x = NodesRequest{}
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +729,7 @@ func (x *NodesRequest) String() string {
 func (*NodesRequest) ProtoMessage() {}
 
 func (x *NodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +742,7 @@ func (x *NodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodesRequest.ProtoReflect.Descriptor instead.
 func (*NodesRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{6}
+	return file_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 type NodeInfo struct {
@@ -663,7 +763,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +775,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +788,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -770,7 +870,7 @@ type NodesResponse struct {
 
 func (x *NodesResponse) Reset() {
 	*x = NodesResponse{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +882,7 @@ func (x *NodesResponse) String() string {
 func (*NodesResponse) ProtoMessage() {}
 
 func (x *NodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +895,7 @@ func (x *NodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodesResponse.ProtoReflect.Descriptor instead.
 func (*NodesResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodesResponse) GetNodes() []*NodeInfo {
@@ -813,7 +913,7 @@ type ContainersRequest struct {
 
 func (x *ContainersRequest) Reset() {
 	*x = ContainersRequest{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +925,7 @@ func (x *ContainersRequest) String() string {
 func (*ContainersRequest) ProtoMessage() {}
 
 func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +938,7 @@ func (x *ContainersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersRequest.ProtoReflect.Descriptor instead.
 func (*ContainersRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 type ReplicaInfo struct {
@@ -853,7 +953,7 @@ type ReplicaInfo struct {
 
 func (x *ReplicaInfo) Reset() {
 	*x = ReplicaInfo{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +965,7 @@ func (x *ReplicaInfo) String() string {
 func (*ReplicaInfo) ProtoMessage() {}
 
 func (x *ReplicaInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +978,7 @@ func (x *ReplicaInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaInfo.ProtoReflect.Descriptor instead.
 func (*ReplicaInfo) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReplicaInfo) GetNode() string {
@@ -923,7 +1023,7 @@ type ContainerInfo struct {
 
 func (x *ContainerInfo) Reset() {
 	*x = ContainerInfo{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1035,7 @@ func (x *ContainerInfo) String() string {
 func (*ContainerInfo) ProtoMessage() {}
 
 func (x *ContainerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1048,7 @@ func (x *ContainerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerInfo.ProtoReflect.Descriptor instead.
 func (*ContainerInfo) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ContainerInfo) GetId() uint64 {
@@ -1002,7 +1102,7 @@ type ContainersResponse struct {
 
 func (x *ContainersResponse) Reset() {
 	*x = ContainersResponse{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1114,7 @@ func (x *ContainersResponse) String() string {
 func (*ContainersResponse) ProtoMessage() {}
 
 func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1127,7 @@ func (x *ContainersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainersResponse.ProtoReflect.Descriptor instead.
 func (*ContainersResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ContainersResponse) GetContainers() []*ContainerInfo {
@@ -1051,7 +1151,7 @@ type SetOpStateRequest struct {
 
 func (x *SetOpStateRequest) Reset() {
 	*x = SetOpStateRequest{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1163,7 @@ func (x *SetOpStateRequest) String() string {
 func (*SetOpStateRequest) ProtoMessage() {}
 
 func (x *SetOpStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1176,7 @@ func (x *SetOpStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOpStateRequest.ProtoReflect.Descriptor instead.
 func (*SetOpStateRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetOpStateRequest) GetNode() string {
@@ -1108,7 +1208,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1220,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1233,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 type ClassCount struct {
@@ -1146,7 +1246,7 @@ type ClassCount struct {
 
 func (x *ClassCount) Reset() {
 	*x = ClassCount{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1258,7 @@ func (x *ClassCount) String() string {
 func (*ClassCount) ProtoMessage() {}
 
 func (x *ClassCount) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1271,7 @@ func (x *ClassCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClassCount.ProtoReflect.Descriptor instead.
 func (*ClassCount) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ClassCount) GetClass() string {
@@ -1204,7 +1304,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1316,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1329,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StatusResponse) GetClasses() []*ClassCount {
@@ -1319,7 +1419,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\rCommandResult\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\x04R\tcommandId\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"\x8c\x02\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"\x8c\x03\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12)\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x15.cmfs.cluster.v1.KindR\x04kind\x12!\n" +
@@ -1330,7 +1430,15 @@ const file_cluster_proto_rawDesc = "" +
 	"targetAddr\x12)\n" +
 	"\x04mode\x18\x06 \x01(\x0e2\x15.cmfs.cluster.v1.ModeR\x04mode\x12\x1a\n" +
 	"\bpriority\x18\a \x01(\x05R\bpriority\x12\x1a\n" +
-	"\bdeadline\x18\b \x01(\x03R\bdeadline\"\x81\x01\n" +
+	"\bdeadline\x18\b \x01(\x03R\bdeadline\x12\x14\n" +
+	"\x05index\x18\t \x01(\rR\x05index\x123\n" +
+	"\asources\x18\n" +
+	" \x03(\v2\x19.cmfs.cluster.v1.EndpointR\asources\x123\n" +
+	"\atargets\x18\v \x03(\v2\x19.cmfs.cluster.v1.EndpointR\atargets\"H\n" +
+	"\bEndpoint\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\rR\x05index\"\x81\x01\n" +
 	"\x11HeartbeatResponse\x124\n" +
 	"\bcommands\x18\x01 \x03(\v2\x18.cmfs.cluster.v1.CommandR\bcommands\x12\x1b\n" +
 	"\tsend_full\x18\x02 \x01(\bR\bsendFull\x12\x19\n" +
@@ -1391,12 +1499,15 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"containers\x18\a \x01(\x05R\n" +
 	"containers\x12\x18\n" +
-	"\awaiting\x18\b \x01(\x03R\awaiting*7\n" +
+	"\awaiting\x18\b \x01(\x03R\awaiting*T\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tREPLICATE\x10\x01\x12\n" +
 	"\n" +
-	"\x06DELETE\x10\x02*0\n" +
+	"\x06DELETE\x10\x02\x12\n" +
+	"\n" +
+	"\x06ENCODE\x10\x03\x12\x0f\n" +
+	"\vRECONSTRUCT\x10\x04*0\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04PUSH\x10\x01\x12\b\n" +
@@ -1423,7 +1534,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_cluster_proto_goTypes = []any{
 	(Kind)(0),                  // 0: cmfs.cluster.v1.Kind
 	(Mode)(0),                  // 1: cmfs.cluster.v1.Mode
@@ -1432,18 +1543,19 @@ var file_cluster_proto_goTypes = []any{
 	(*HeartbeatRequest)(nil),   // 4: cmfs.cluster.v1.HeartbeatRequest
 	(*CommandResult)(nil),      // 5: cmfs.cluster.v1.CommandResult
 	(*Command)(nil),            // 6: cmfs.cluster.v1.Command
-	(*HeartbeatResponse)(nil),  // 7: cmfs.cluster.v1.HeartbeatResponse
-	(*NodesRequest)(nil),       // 8: cmfs.cluster.v1.NodesRequest
-	(*NodeInfo)(nil),           // 9: cmfs.cluster.v1.NodeInfo
-	(*NodesResponse)(nil),      // 10: cmfs.cluster.v1.NodesResponse
-	(*ContainersRequest)(nil),  // 11: cmfs.cluster.v1.ContainersRequest
-	(*ReplicaInfo)(nil),        // 12: cmfs.cluster.v1.ReplicaInfo
-	(*ContainerInfo)(nil),      // 13: cmfs.cluster.v1.ContainerInfo
-	(*ContainersResponse)(nil), // 14: cmfs.cluster.v1.ContainersResponse
-	(*SetOpStateRequest)(nil),  // 15: cmfs.cluster.v1.SetOpStateRequest
-	(*StatusRequest)(nil),      // 16: cmfs.cluster.v1.StatusRequest
-	(*ClassCount)(nil),         // 17: cmfs.cluster.v1.ClassCount
-	(*StatusResponse)(nil),     // 18: cmfs.cluster.v1.StatusResponse
+	(*Endpoint)(nil),           // 7: cmfs.cluster.v1.Endpoint
+	(*HeartbeatResponse)(nil),  // 8: cmfs.cluster.v1.HeartbeatResponse
+	(*NodesRequest)(nil),       // 9: cmfs.cluster.v1.NodesRequest
+	(*NodeInfo)(nil),           // 10: cmfs.cluster.v1.NodeInfo
+	(*NodesResponse)(nil),      // 11: cmfs.cluster.v1.NodesResponse
+	(*ContainersRequest)(nil),  // 12: cmfs.cluster.v1.ContainersRequest
+	(*ReplicaInfo)(nil),        // 13: cmfs.cluster.v1.ReplicaInfo
+	(*ContainerInfo)(nil),      // 14: cmfs.cluster.v1.ContainerInfo
+	(*ContainersResponse)(nil), // 15: cmfs.cluster.v1.ContainersResponse
+	(*SetOpStateRequest)(nil),  // 16: cmfs.cluster.v1.SetOpStateRequest
+	(*StatusRequest)(nil),      // 17: cmfs.cluster.v1.StatusRequest
+	(*ClassCount)(nil),         // 18: cmfs.cluster.v1.ClassCount
+	(*StatusResponse)(nil),     // 19: cmfs.cluster.v1.StatusResponse
 }
 var file_cluster_proto_depIdxs = []int32{
 	2,  // 0: cmfs.cluster.v1.HeartbeatRequest.volumes:type_name -> cmfs.cluster.v1.Volume
@@ -1451,26 +1563,28 @@ var file_cluster_proto_depIdxs = []int32{
 	5,  // 2: cmfs.cluster.v1.HeartbeatRequest.results:type_name -> cmfs.cluster.v1.CommandResult
 	0,  // 3: cmfs.cluster.v1.Command.kind:type_name -> cmfs.cluster.v1.Kind
 	1,  // 4: cmfs.cluster.v1.Command.mode:type_name -> cmfs.cluster.v1.Mode
-	6,  // 5: cmfs.cluster.v1.HeartbeatResponse.commands:type_name -> cmfs.cluster.v1.Command
-	9,  // 6: cmfs.cluster.v1.NodesResponse.nodes:type_name -> cmfs.cluster.v1.NodeInfo
-	12, // 7: cmfs.cluster.v1.ContainerInfo.replicas:type_name -> cmfs.cluster.v1.ReplicaInfo
-	13, // 8: cmfs.cluster.v1.ContainersResponse.containers:type_name -> cmfs.cluster.v1.ContainerInfo
-	17, // 9: cmfs.cluster.v1.StatusResponse.classes:type_name -> cmfs.cluster.v1.ClassCount
-	4,  // 10: cmfs.cluster.v1.Coordinator.Heartbeat:input_type -> cmfs.cluster.v1.HeartbeatRequest
-	8,  // 11: cmfs.cluster.v1.Coordinator.Nodes:input_type -> cmfs.cluster.v1.NodesRequest
-	11, // 12: cmfs.cluster.v1.Coordinator.Containers:input_type -> cmfs.cluster.v1.ContainersRequest
-	15, // 13: cmfs.cluster.v1.Coordinator.SetOpState:input_type -> cmfs.cluster.v1.SetOpStateRequest
-	16, // 14: cmfs.cluster.v1.Coordinator.Status:input_type -> cmfs.cluster.v1.StatusRequest
-	7,  // 15: cmfs.cluster.v1.Coordinator.Heartbeat:output_type -> cmfs.cluster.v1.HeartbeatResponse
-	10, // 16: cmfs.cluster.v1.Coordinator.Nodes:output_type -> cmfs.cluster.v1.NodesResponse
-	14, // 17: cmfs.cluster.v1.Coordinator.Containers:output_type -> cmfs.cluster.v1.ContainersResponse
-	9,  // 18: cmfs.cluster.v1.Coordinator.SetOpState:output_type -> cmfs.cluster.v1.NodeInfo
-	18, // 19: cmfs.cluster.v1.Coordinator.Status:output_type -> cmfs.cluster.v1.StatusResponse
-	15, // [15:20] is the sub-list for method output_type
-	10, // [10:15] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	7,  // 5: cmfs.cluster.v1.Command.sources:type_name -> cmfs.cluster.v1.Endpoint
+	7,  // 6: cmfs.cluster.v1.Command.targets:type_name -> cmfs.cluster.v1.Endpoint
+	6,  // 7: cmfs.cluster.v1.HeartbeatResponse.commands:type_name -> cmfs.cluster.v1.Command
+	10, // 8: cmfs.cluster.v1.NodesResponse.nodes:type_name -> cmfs.cluster.v1.NodeInfo
+	13, // 9: cmfs.cluster.v1.ContainerInfo.replicas:type_name -> cmfs.cluster.v1.ReplicaInfo
+	14, // 10: cmfs.cluster.v1.ContainersResponse.containers:type_name -> cmfs.cluster.v1.ContainerInfo
+	18, // 11: cmfs.cluster.v1.StatusResponse.classes:type_name -> cmfs.cluster.v1.ClassCount
+	4,  // 12: cmfs.cluster.v1.Coordinator.Heartbeat:input_type -> cmfs.cluster.v1.HeartbeatRequest
+	9,  // 13: cmfs.cluster.v1.Coordinator.Nodes:input_type -> cmfs.cluster.v1.NodesRequest
+	12, // 14: cmfs.cluster.v1.Coordinator.Containers:input_type -> cmfs.cluster.v1.ContainersRequest
+	16, // 15: cmfs.cluster.v1.Coordinator.SetOpState:input_type -> cmfs.cluster.v1.SetOpStateRequest
+	17, // 16: cmfs.cluster.v1.Coordinator.Status:input_type -> cmfs.cluster.v1.StatusRequest
+	8,  // 17: cmfs.cluster.v1.Coordinator.Heartbeat:output_type -> cmfs.cluster.v1.HeartbeatResponse
+	11, // 18: cmfs.cluster.v1.Coordinator.Nodes:output_type -> cmfs.cluster.v1.NodesResponse
+	15, // 19: cmfs.cluster.v1.Coordinator.Containers:output_type -> cmfs.cluster.v1.ContainersResponse
+	10, // 20: cmfs.cluster.v1.Coordinator.SetOpState:output_type -> cmfs.cluster.v1.NodeInfo
+	19, // 21: cmfs.cluster.v1.Coordinator.Status:output_type -> cmfs.cluster.v1.StatusResponse
+	17, // [17:22] is the sub-list for method output_type
+	12, // [12:17] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -1484,7 +1598,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

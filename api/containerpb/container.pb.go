@@ -1104,9 +1104,13 @@ func (x *ImportResponse) GetSource() string {
 }
 
 type DownloadRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ContainerId   uint64                 `protobuf:"varint,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
-	Compression   string                 `protobuf:"bytes,2,opt,name=compression,proto3" json:"compression,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ContainerId uint64                 `protobuf:"varint,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	Compression string                 `protobuf:"bytes,2,opt,name=compression,proto3" json:"compression,omitempty"`
+	// replica_index, when set, asks for the EC index the source has just
+	// encoded or rebuilt and holds staged for this node, not a container of
+	// its store.
+	ReplicaIndex  uint32 `protobuf:"varint,3,opt,name=replica_index,json=replicaIndex,proto3" json:"replica_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1155,13 +1159,22 @@ func (x *DownloadRequest) GetCompression() string {
 	return ""
 }
 
+func (x *DownloadRequest) GetReplicaIndex() uint32 {
+	if x != nil {
+		return x.ReplicaIndex
+	}
+	return 0
+}
+
 type FetchRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	ContainerId uint64                 `protobuf:"varint,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
 	Compression string                 `protobuf:"bytes,2,opt,name=compression,proto3" json:"compression,omitempty"`
 	// sources are tried in order until one delivers.
-	Sources       []string `protobuf:"bytes,3,rep,name=sources,proto3" json:"sources,omitempty"`
-	WaitScan      bool     `protobuf:"varint,4,opt,name=wait_scan,json=waitScan,proto3" json:"wait_scan,omitempty"`
+	Sources  []string `protobuf:"bytes,3,rep,name=sources,proto3" json:"sources,omitempty"`
+	WaitScan bool     `protobuf:"varint,4,opt,name=wait_scan,json=waitScan,proto3" json:"wait_scan,omitempty"`
+	// replica_index: download a staged EC index (DownloadRequest).
+	ReplicaIndex  uint32 `protobuf:"varint,5,opt,name=replica_index,json=replicaIndex,proto3" json:"replica_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1222,6 +1235,506 @@ func (x *FetchRequest) GetWaitScan() bool {
 		return x.WaitScan
 	}
 	return false
+}
+
+func (x *FetchRequest) GetReplicaIndex() uint32 {
+	if x != nil {
+		return x.ReplicaIndex
+	}
+	return 0
+}
+
+type LocateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Block         *BlockID               `protobuf:"bytes,1,opt,name=block,proto3" json:"block,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocateRequest) Reset() {
+	*x = LocateRequest{}
+	mi := &file_container_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocateRequest) ProtoMessage() {}
+
+func (x *LocateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_container_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocateRequest.ProtoReflect.Descriptor instead.
+func (*LocateRequest) Descriptor() ([]byte, []int) {
+	return file_container_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *LocateRequest) GetBlock() *BlockID {
+	if x != nil {
+		return x.Block
+	}
+	return nil
+}
+
+type BlockLocation struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ContainerId uint64                 `protobuf:"varint,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	// replication is the container's "ec:rs-D-P-CELLk".
+	Replication string `protobuf:"bytes,2,opt,name=replication,proto3" json:"replication,omitempty"`
+	// offset is where the block starts in the container's logical bytes
+	// (its chunk files back to back); size is its length.
+	Offset        int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Size          int64 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockLocation) Reset() {
+	*x = BlockLocation{}
+	mi := &file_container_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockLocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockLocation) ProtoMessage() {}
+
+func (x *BlockLocation) ProtoReflect() protoreflect.Message {
+	mi := &file_container_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockLocation.ProtoReflect.Descriptor instead.
+func (*BlockLocation) Descriptor() ([]byte, []int) {
+	return file_container_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *BlockLocation) GetContainerId() uint64 {
+	if x != nil {
+		return x.ContainerId
+	}
+	return 0
+}
+
+func (x *BlockLocation) GetReplication() string {
+	if x != nil {
+		return x.Replication
+	}
+	return ""
+}
+
+func (x *BlockLocation) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *BlockLocation) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type LocateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Locations     []*BlockLocation       `protobuf:"bytes,1,rep,name=locations,proto3" json:"locations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocateResponse) Reset() {
+	*x = LocateResponse{}
+	mi := &file_container_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocateResponse) ProtoMessage() {}
+
+func (x *LocateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_container_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocateResponse.ProtoReflect.Descriptor instead.
+func (*LocateResponse) Descriptor() ([]byte, []int) {
+	return file_container_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *LocateResponse) GetLocations() []*BlockLocation {
+	if x != nil {
+		return x.Locations
+	}
+	return nil
+}
+
+type ECInfoRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContainerId   uint64                 `protobuf:"varint,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ECInfoRequest) Reset() {
+	*x = ECInfoRequest{}
+	mi := &file_container_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ECInfoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ECInfoRequest) ProtoMessage() {}
+
+func (x *ECInfoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_container_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ECInfoRequest.ProtoReflect.Descriptor instead.
+func (*ECInfoRequest) Descriptor() ([]byte, []int) {
+	return file_container_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ECInfoRequest) GetContainerId() uint64 {
+	if x != nil {
+		return x.ContainerId
+	}
+	return 0
+}
+
+type ECInfoResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Container *Descriptor            `protobuf:"bytes,1,opt,name=container,proto3" json:"container,omitempty"`
+	// size is the container's logical bytes; chunks the sizes of its chunk
+	// files, in order.
+	Size   int64   `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Chunks []int64 `protobuf:"varint,3,rep,packed,name=chunks,proto3" json:"chunks,omitempty"`
+	// cells is the checksum of every cell: 8 bytes big-endian each, stripe
+	// by stripe, index by index.
+	Cells         []byte `protobuf:"bytes,4,opt,name=cells,proto3" json:"cells,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ECInfoResponse) Reset() {
+	*x = ECInfoResponse{}
+	mi := &file_container_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ECInfoResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ECInfoResponse) ProtoMessage() {}
+
+func (x *ECInfoResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_container_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ECInfoResponse.ProtoReflect.Descriptor instead.
+func (*ECInfoResponse) Descriptor() ([]byte, []int) {
+	return file_container_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ECInfoResponse) GetContainer() *Descriptor {
+	if x != nil {
+		return x.Container
+	}
+	return nil
+}
+
+func (x *ECInfoResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ECInfoResponse) GetChunks() []int64 {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+func (x *ECInfoResponse) GetCells() []byte {
+	if x != nil {
+		return x.Cells
+	}
+	return nil
+}
+
+type ReadCellsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContainerId   uint64                 `protobuf:"varint,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	FirstStripe   int64                  `protobuf:"varint,2,opt,name=first_stripe,json=firstStripe,proto3" json:"first_stripe,omitempty"`
+	Count         int64                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadCellsRequest) Reset() {
+	*x = ReadCellsRequest{}
+	mi := &file_container_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadCellsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadCellsRequest) ProtoMessage() {}
+
+func (x *ReadCellsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_container_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadCellsRequest.ProtoReflect.Descriptor instead.
+func (*ReadCellsRequest) Descriptor() ([]byte, []int) {
+	return file_container_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ReadCellsRequest) GetContainerId() uint64 {
+	if x != nil {
+		return x.ContainerId
+	}
+	return 0
+}
+
+func (x *ReadCellsRequest) GetFirstStripe() int64 {
+	if x != nil {
+		return x.FirstStripe
+	}
+	return 0
+}
+
+func (x *ReadCellsRequest) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type CellData struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// index is the replica index the cells are of, in the first message.
+	Index         uint32 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CellData) Reset() {
+	*x = CellData{}
+	mi := &file_container_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CellData) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CellData) ProtoMessage() {}
+
+func (x *CellData) ProtoReflect() protoreflect.Message {
+	mi := &file_container_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CellData.ProtoReflect.Descriptor instead.
+func (*CellData) Descriptor() ([]byte, []int) {
+	return file_container_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CellData) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *CellData) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type ECMetaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContainerId   uint64                 `protobuf:"varint,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ECMetaRequest) Reset() {
+	*x = ECMetaRequest{}
+	mi := &file_container_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ECMetaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ECMetaRequest) ProtoMessage() {}
+
+func (x *ECMetaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_container_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ECMetaRequest.ProtoReflect.Descriptor instead.
+func (*ECMetaRequest) Descriptor() ([]byte, []int) {
+	return file_container_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ECMetaRequest) GetContainerId() uint64 {
+	if x != nil {
+		return x.ContainerId
+	}
+	return 0
+}
+
+type ECMetaChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// container and size, in the first message only.
+	Container     *Descriptor `protobuf:"bytes,1,opt,name=container,proto3" json:"container,omitempty"`
+	Size          int64       `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Data          []byte      `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ECMetaChunk) Reset() {
+	*x = ECMetaChunk{}
+	mi := &file_container_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ECMetaChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ECMetaChunk) ProtoMessage() {}
+
+func (x *ECMetaChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_container_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ECMetaChunk.ProtoReflect.Descriptor instead.
+func (*ECMetaChunk) Descriptor() ([]byte, []int) {
+	return file_container_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ECMetaChunk) GetContainer() *Descriptor {
+	if x != nil {
+		return x.Container
+	}
+	return nil
+}
+
+func (x *ECMetaChunk) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ECMetaChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
 }
 
 var File_container_proto protoreflect.FileDescriptor
@@ -1298,15 +1811,46 @@ const file_container_proto_rawDesc = "" +
 	"\x0eImportResponse\x12;\n" +
 	"\tcontainer\x18\x01 \x01(\v2\x1d.cmfs.container.v1.DescriptorR\tcontainer\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x16\n" +
-	"\x06source\x18\x03 \x01(\tR\x06source\"V\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\"{\n" +
 	"\x0fDownloadRequest\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\x04R\vcontainerId\x12 \n" +
-	"\vcompression\x18\x02 \x01(\tR\vcompression\"\x8a\x01\n" +
+	"\vcompression\x18\x02 \x01(\tR\vcompression\x12#\n" +
+	"\rreplica_index\x18\x03 \x01(\rR\freplicaIndex\"\xaf\x01\n" +
 	"\fFetchRequest\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\x04R\vcontainerId\x12 \n" +
 	"\vcompression\x18\x02 \x01(\tR\vcompression\x12\x18\n" +
 	"\asources\x18\x03 \x03(\tR\asources\x12\x1b\n" +
-	"\twait_scan\x18\x04 \x01(\bR\bwaitScan*m\n" +
+	"\twait_scan\x18\x04 \x01(\bR\bwaitScan\x12#\n" +
+	"\rreplica_index\x18\x05 \x01(\rR\freplicaIndex\"A\n" +
+	"\rLocateRequest\x120\n" +
+	"\x05block\x18\x01 \x01(\v2\x1a.cmfs.container.v1.BlockIDR\x05block\"\x80\x01\n" +
+	"\rBlockLocation\x12!\n" +
+	"\fcontainer_id\x18\x01 \x01(\x04R\vcontainerId\x12 \n" +
+	"\vreplication\x18\x02 \x01(\tR\vreplication\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\"P\n" +
+	"\x0eLocateResponse\x12>\n" +
+	"\tlocations\x18\x01 \x03(\v2 .cmfs.container.v1.BlockLocationR\tlocations\"2\n" +
+	"\rECInfoRequest\x12!\n" +
+	"\fcontainer_id\x18\x01 \x01(\x04R\vcontainerId\"\x8f\x01\n" +
+	"\x0eECInfoResponse\x12;\n" +
+	"\tcontainer\x18\x01 \x01(\v2\x1d.cmfs.container.v1.DescriptorR\tcontainer\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06chunks\x18\x03 \x03(\x03R\x06chunks\x12\x14\n" +
+	"\x05cells\x18\x04 \x01(\fR\x05cells\"n\n" +
+	"\x10ReadCellsRequest\x12!\n" +
+	"\fcontainer_id\x18\x01 \x01(\x04R\vcontainerId\x12!\n" +
+	"\ffirst_stripe\x18\x02 \x01(\x03R\vfirstStripe\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x03R\x05count\"4\n" +
+	"\bCellData\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\rR\x05index\"2\n" +
+	"\rECMetaRequest\x12!\n" +
+	"\fcontainer_id\x18\x01 \x01(\x04R\vcontainerId\"r\n" +
+	"\vECMetaChunk\x12;\n" +
+	"\tcontainer\x18\x01 \x01(\v2\x1d.cmfs.container.v1.DescriptorR\tcontainer\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data*m\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04OPEN\x10\x01\x12\v\n" +
@@ -1320,7 +1864,7 @@ const file_container_proto_rawDesc = "" +
 	"\x04Mode\x12\b\n" +
 	"\x04PUSH\x10\x00\x12\b\n" +
 	"\x04PULL\x10\x01\x12\x10\n" +
-	"\fNODE_DEFAULT\x10\x022\xb4\x05\n" +
+	"\fNODE_DEFAULT\x10\x022\xf1\a\n" +
 	"\tContainer\x12F\n" +
 	"\x03Put\x12\x1d.cmfs.container.v1.PutRequest\x1a\x1e.cmfs.container.v1.PutResponse(\x01\x12G\n" +
 	"\x05Close\x12\x1f.cmfs.container.v1.CloseRequest\x1a\x1d.cmfs.container.v1.Descriptor\x12G\n" +
@@ -1330,7 +1874,11 @@ const file_container_proto_rawDesc = "" +
 	"\tReplicate\x12#.cmfs.container.v1.ReplicateRequest\x1a$.cmfs.container.v1.ReplicateResponse\x12H\n" +
 	"\x04Push\x12\x1b.cmfs.container.v1.TarChunk\x1a!.cmfs.container.v1.ImportResponse(\x01\x12M\n" +
 	"\bDownload\x12\".cmfs.container.v1.DownloadRequest\x1a\x1b.cmfs.container.v1.TarChunk0\x01\x12K\n" +
-	"\x05Fetch\x12\x1f.cmfs.container.v1.FetchRequest\x1a!.cmfs.container.v1.ImportResponseB.Z,github.com/cmfs-project/cmfs/api/containerpbb\x06proto3"
+	"\x05Fetch\x12\x1f.cmfs.container.v1.FetchRequest\x1a!.cmfs.container.v1.ImportResponse\x12M\n" +
+	"\x06Locate\x12 .cmfs.container.v1.LocateRequest\x1a!.cmfs.container.v1.LocateResponse\x12M\n" +
+	"\x06ECInfo\x12 .cmfs.container.v1.ECInfoRequest\x1a!.cmfs.container.v1.ECInfoResponse\x12O\n" +
+	"\tReadCells\x12#.cmfs.container.v1.ReadCellsRequest\x1a\x1b.cmfs.container.v1.CellData0\x01\x12L\n" +
+	"\x06ECMeta\x12 .cmfs.container.v1.ECMetaRequest\x1a\x1e.cmfs.container.v1.ECMetaChunk0\x01B.Z,github.com/cmfs-project/cmfs/api/containerpbb\x06proto3"
 
 var (
 	file_container_proto_rawDescOnce sync.Once
@@ -1345,7 +1893,7 @@ func file_container_proto_rawDescGZIP() []byte {
 }
 
 var file_container_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_container_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_container_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_container_proto_goTypes = []any{
 	(State)(0),                // 0: cmfs.container.v1.State
 	(Mode)(0),                 // 1: cmfs.container.v1.Mode
@@ -1365,6 +1913,15 @@ var file_container_proto_goTypes = []any{
 	(*ImportResponse)(nil),    // 15: cmfs.container.v1.ImportResponse
 	(*DownloadRequest)(nil),   // 16: cmfs.container.v1.DownloadRequest
 	(*FetchRequest)(nil),      // 17: cmfs.container.v1.FetchRequest
+	(*LocateRequest)(nil),     // 18: cmfs.container.v1.LocateRequest
+	(*BlockLocation)(nil),     // 19: cmfs.container.v1.BlockLocation
+	(*LocateResponse)(nil),    // 20: cmfs.container.v1.LocateResponse
+	(*ECInfoRequest)(nil),     // 21: cmfs.container.v1.ECInfoRequest
+	(*ECInfoResponse)(nil),    // 22: cmfs.container.v1.ECInfoResponse
+	(*ReadCellsRequest)(nil),  // 23: cmfs.container.v1.ReadCellsRequest
+	(*CellData)(nil),          // 24: cmfs.container.v1.CellData
+	(*ECMetaRequest)(nil),     // 25: cmfs.container.v1.ECMetaRequest
+	(*ECMetaChunk)(nil),       // 26: cmfs.container.v1.ECMetaChunk
 }
 var file_container_proto_depIdxs = []int32{
 	0,  // 0: cmfs.container.v1.Descriptor.state:type_name -> cmfs.container.v1.State
@@ -1375,29 +1932,41 @@ var file_container_proto_depIdxs = []int32{
 	2,  // 5: cmfs.container.v1.ReplicateResponse.container:type_name -> cmfs.container.v1.Descriptor
 	1,  // 6: cmfs.container.v1.ReplicateResponse.mode:type_name -> cmfs.container.v1.Mode
 	2,  // 7: cmfs.container.v1.ImportResponse.container:type_name -> cmfs.container.v1.Descriptor
-	4,  // 8: cmfs.container.v1.Container.Put:input_type -> cmfs.container.v1.PutRequest
-	6,  // 9: cmfs.container.v1.Container.Close:input_type -> cmfs.container.v1.CloseRequest
-	7,  // 10: cmfs.container.v1.Container.List:input_type -> cmfs.container.v1.ListRequest
-	9,  // 11: cmfs.container.v1.Container.Get:input_type -> cmfs.container.v1.GetRequest
-	11, // 12: cmfs.container.v1.Container.Verify:input_type -> cmfs.container.v1.VerifyRequest
-	12, // 13: cmfs.container.v1.Container.Replicate:input_type -> cmfs.container.v1.ReplicateRequest
-	14, // 14: cmfs.container.v1.Container.Push:input_type -> cmfs.container.v1.TarChunk
-	16, // 15: cmfs.container.v1.Container.Download:input_type -> cmfs.container.v1.DownloadRequest
-	17, // 16: cmfs.container.v1.Container.Fetch:input_type -> cmfs.container.v1.FetchRequest
-	5,  // 17: cmfs.container.v1.Container.Put:output_type -> cmfs.container.v1.PutResponse
-	2,  // 18: cmfs.container.v1.Container.Close:output_type -> cmfs.container.v1.Descriptor
-	8,  // 19: cmfs.container.v1.Container.List:output_type -> cmfs.container.v1.ListResponse
-	10, // 20: cmfs.container.v1.Container.Get:output_type -> cmfs.container.v1.BlockData
-	2,  // 21: cmfs.container.v1.Container.Verify:output_type -> cmfs.container.v1.Descriptor
-	13, // 22: cmfs.container.v1.Container.Replicate:output_type -> cmfs.container.v1.ReplicateResponse
-	15, // 23: cmfs.container.v1.Container.Push:output_type -> cmfs.container.v1.ImportResponse
-	14, // 24: cmfs.container.v1.Container.Download:output_type -> cmfs.container.v1.TarChunk
-	15, // 25: cmfs.container.v1.Container.Fetch:output_type -> cmfs.container.v1.ImportResponse
-	17, // [17:26] is the sub-list for method output_type
-	8,  // [8:17] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	3,  // 8: cmfs.container.v1.LocateRequest.block:type_name -> cmfs.container.v1.BlockID
+	19, // 9: cmfs.container.v1.LocateResponse.locations:type_name -> cmfs.container.v1.BlockLocation
+	2,  // 10: cmfs.container.v1.ECInfoResponse.container:type_name -> cmfs.container.v1.Descriptor
+	2,  // 11: cmfs.container.v1.ECMetaChunk.container:type_name -> cmfs.container.v1.Descriptor
+	4,  // 12: cmfs.container.v1.Container.Put:input_type -> cmfs.container.v1.PutRequest
+	6,  // 13: cmfs.container.v1.Container.Close:input_type -> cmfs.container.v1.CloseRequest
+	7,  // 14: cmfs.container.v1.Container.List:input_type -> cmfs.container.v1.ListRequest
+	9,  // 15: cmfs.container.v1.Container.Get:input_type -> cmfs.container.v1.GetRequest
+	11, // 16: cmfs.container.v1.Container.Verify:input_type -> cmfs.container.v1.VerifyRequest
+	12, // 17: cmfs.container.v1.Container.Replicate:input_type -> cmfs.container.v1.ReplicateRequest
+	14, // 18: cmfs.container.v1.Container.Push:input_type -> cmfs.container.v1.TarChunk
+	16, // 19: cmfs.container.v1.Container.Download:input_type -> cmfs.container.v1.DownloadRequest
+	17, // 20: cmfs.container.v1.Container.Fetch:input_type -> cmfs.container.v1.FetchRequest
+	18, // 21: cmfs.container.v1.Container.Locate:input_type -> cmfs.container.v1.LocateRequest
+	21, // 22: cmfs.container.v1.Container.ECInfo:input_type -> cmfs.container.v1.ECInfoRequest
+	23, // 23: cmfs.container.v1.Container.ReadCells:input_type -> cmfs.container.v1.ReadCellsRequest
+	25, // 24: cmfs.container.v1.Container.ECMeta:input_type -> cmfs.container.v1.ECMetaRequest
+	5,  // 25: cmfs.container.v1.Container.Put:output_type -> cmfs.container.v1.PutResponse
+	2,  // 26: cmfs.container.v1.Container.Close:output_type -> cmfs.container.v1.Descriptor
+	8,  // 27: cmfs.container.v1.Container.List:output_type -> cmfs.container.v1.ListResponse
+	10, // 28: cmfs.container.v1.Container.Get:output_type -> cmfs.container.v1.BlockData
+	2,  // 29: cmfs.container.v1.Container.Verify:output_type -> cmfs.container.v1.Descriptor
+	13, // 30: cmfs.container.v1.Container.Replicate:output_type -> cmfs.container.v1.ReplicateResponse
+	15, // 31: cmfs.container.v1.Container.Push:output_type -> cmfs.container.v1.ImportResponse
+	14, // 32: cmfs.container.v1.Container.Download:output_type -> cmfs.container.v1.TarChunk
+	15, // 33: cmfs.container.v1.Container.Fetch:output_type -> cmfs.container.v1.ImportResponse
+	20, // 34: cmfs.container.v1.Container.Locate:output_type -> cmfs.container.v1.LocateResponse
+	22, // 35: cmfs.container.v1.Container.ECInfo:output_type -> cmfs.container.v1.ECInfoResponse
+	24, // 36: cmfs.container.v1.Container.ReadCells:output_type -> cmfs.container.v1.CellData
+	26, // 37: cmfs.container.v1.Container.ECMeta:output_type -> cmfs.container.v1.ECMetaChunk
+	25, // [25:38] is the sub-list for method output_type
+	12, // [12:25] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_container_proto_init() }
@@ -1411,7 +1980,7 @@ func file_container_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_container_proto_rawDesc), len(file_container_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

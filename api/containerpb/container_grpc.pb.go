@@ -48,6 +48,10 @@ const (
 	Container_Push_FullMethodName      = "/cmfs.container.v1.Container/Push"
 	Container_Download_FullMethodName  = "/cmfs.container.v1.Container/Download"
 	Container_Fetch_FullMethodName     = "/cmfs.container.v1.Container/Fetch"
+	Container_Locate_FullMethodName    = "/cmfs.container.v1.Container/Locate"
+	Container_ECInfo_FullMethodName    = "/cmfs.container.v1.Container/ECInfo"
+	Container_ReadCells_FullMethodName = "/cmfs.container.v1.Container/ReadCells"
+	Container_ECMeta_FullMethodName    = "/cmfs.container.v1.Container/ECMeta"
 )
 
 // ContainerClient is the client API for Container service.
@@ -88,6 +92,23 @@ type ContainerClient interface {
 	// Fetch imports a container by downloading it from the sources in
 	// order, going on to the next when one fails: the target side of pull.
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*ImportResponse, error)
+	// The EC calls. An EC container's replica index i (1…D+P) holds cell i
+	// of every stripe; these let readers and reconstructing nodes get at
+	// the cells of the index a node holds.
+	//
+	// Locate finds a block in the node's EC index replicas: each container
+	// holding it, and where in that container's logical bytes.
+	Locate(ctx context.Context, in *LocateRequest, opts ...grpc.CallOption) (*LocateResponse, error)
+	// ECInfo describes the node's index replica of a container: its
+	// descriptor, logical size, scheme and cell checksum table.
+	ECInfo(ctx context.Context, in *ECInfoRequest, opts ...grpc.CallOption) (*ECInfoResponse, error)
+	// ReadCells streams cells of the node's index replica of a container,
+	// stripes first…first+count-1, back to back.
+	ReadCells(ctx context.Context, in *ReadCellsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CellData], error)
+	// ECMeta streams the metadata/container.db of the node's index replica
+	// (the same content on every index): the first message carries its
+	// descriptor and size.
+	ECMeta(ctx context.Context, in *ECMetaRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ECMetaChunk], error)
 }
 
 type containerClient struct {
@@ -212,6 +233,64 @@ func (c *containerClient) Fetch(ctx context.Context, in *FetchRequest, opts ...g
 	return out, nil
 }
 
+func (c *containerClient) Locate(ctx context.Context, in *LocateRequest, opts ...grpc.CallOption) (*LocateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LocateResponse)
+	err := c.cc.Invoke(ctx, Container_Locate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *containerClient) ECInfo(ctx context.Context, in *ECInfoRequest, opts ...grpc.CallOption) (*ECInfoResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ECInfoResponse)
+	err := c.cc.Invoke(ctx, Container_ECInfo_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *containerClient) ReadCells(ctx context.Context, in *ReadCellsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CellData], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Container_ServiceDesc.Streams[4], Container_ReadCells_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadCellsRequest, CellData]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Container_ReadCellsClient = grpc.ServerStreamingClient[CellData]
+
+func (c *containerClient) ECMeta(ctx context.Context, in *ECMetaRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ECMetaChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Container_ServiceDesc.Streams[5], Container_ECMeta_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ECMetaRequest, ECMetaChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Container_ECMetaClient = grpc.ServerStreamingClient[ECMetaChunk]
+
 // ContainerServer is the server API for Container service.
 // All implementations must embed UnimplementedContainerServer
 // for forward compatibility.
@@ -250,6 +329,23 @@ type ContainerServer interface {
 	// Fetch imports a container by downloading it from the sources in
 	// order, going on to the next when one fails: the target side of pull.
 	Fetch(context.Context, *FetchRequest) (*ImportResponse, error)
+	// The EC calls. An EC container's replica index i (1…D+P) holds cell i
+	// of every stripe; these let readers and reconstructing nodes get at
+	// the cells of the index a node holds.
+	//
+	// Locate finds a block in the node's EC index replicas: each container
+	// holding it, and where in that container's logical bytes.
+	Locate(context.Context, *LocateRequest) (*LocateResponse, error)
+	// ECInfo describes the node's index replica of a container: its
+	// descriptor, logical size, scheme and cell checksum table.
+	ECInfo(context.Context, *ECInfoRequest) (*ECInfoResponse, error)
+	// ReadCells streams cells of the node's index replica of a container,
+	// stripes first…first+count-1, back to back.
+	ReadCells(*ReadCellsRequest, grpc.ServerStreamingServer[CellData]) error
+	// ECMeta streams the metadata/container.db of the node's index replica
+	// (the same content on every index): the first message carries its
+	// descriptor and size.
+	ECMeta(*ECMetaRequest, grpc.ServerStreamingServer[ECMetaChunk]) error
 	mustEmbedUnimplementedContainerServer()
 }
 
@@ -286,6 +382,18 @@ func (UnimplementedContainerServer) Download(*DownloadRequest, grpc.ServerStream
 }
 func (UnimplementedContainerServer) Fetch(context.Context, *FetchRequest) (*ImportResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fetch not implemented")
+}
+func (UnimplementedContainerServer) Locate(context.Context, *LocateRequest) (*LocateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Locate not implemented")
+}
+func (UnimplementedContainerServer) ECInfo(context.Context, *ECInfoRequest) (*ECInfoResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ECInfo not implemented")
+}
+func (UnimplementedContainerServer) ReadCells(*ReadCellsRequest, grpc.ServerStreamingServer[CellData]) error {
+	return status.Error(codes.Unimplemented, "method ReadCells not implemented")
+}
+func (UnimplementedContainerServer) ECMeta(*ECMetaRequest, grpc.ServerStreamingServer[ECMetaChunk]) error {
+	return status.Error(codes.Unimplemented, "method ECMeta not implemented")
 }
 func (UnimplementedContainerServer) mustEmbedUnimplementedContainerServer() {}
 func (UnimplementedContainerServer) testEmbeddedByValue()                   {}
@@ -434,6 +542,64 @@ func _Container_Fetch_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Container_Locate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LocateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContainerServer).Locate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Container_Locate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContainerServer).Locate(ctx, req.(*LocateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Container_ECInfo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ECInfoRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContainerServer).ECInfo(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Container_ECInfo_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContainerServer).ECInfo(ctx, req.(*ECInfoRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Container_ReadCells_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadCellsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ContainerServer).ReadCells(m, &grpc.GenericServerStream[ReadCellsRequest, CellData]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Container_ReadCellsServer = grpc.ServerStreamingServer[CellData]
+
+func _Container_ECMeta_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ECMetaRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ContainerServer).ECMeta(m, &grpc.GenericServerStream[ECMetaRequest, ECMetaChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Container_ECMetaServer = grpc.ServerStreamingServer[ECMetaChunk]
+
 // Container_ServiceDesc is the grpc.ServiceDesc for Container service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -461,6 +627,14 @@ var Container_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Fetch",
 			Handler:    _Container_Fetch_Handler,
 		},
+		{
+			MethodName: "Locate",
+			Handler:    _Container_Locate_Handler,
+		},
+		{
+			MethodName: "ECInfo",
+			Handler:    _Container_ECInfo_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -481,6 +655,16 @@ var Container_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Download",
 			Handler:       _Container_Download_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ReadCells",
+			Handler:       _Container_ReadCells_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ECMeta",
+			Handler:       _Container_ECMeta_Handler,
 			ServerStreams: true,
 		},
 	},

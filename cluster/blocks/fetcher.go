@@ -160,6 +160,12 @@ func (f *Fetcher) Fetch(ctx context.Context, jf journal.File) (io.ReadCloser, er
 			firstErr = fmt.Errorf("%s: %w", n.ID, err)
 		}
 	}
+	// Not a whole copy anywhere: an EC container may hold it in cells.
+	if rc, err := f.fetchEC(ctx, nodes, b); err == nil {
+		return rc, nil
+	} else if !errors.Is(err, errNotEC) {
+		return nil, fmt.Errorf("fetch %s: %w", jf.Path, err)
+	}
 	switch {
 	case len(without) == 0 && len(failed) == 0:
 		return nil, fmt.Errorf("fetch %s: block %s: the coordinator lists no node to ask: %w", jf.Path, b, repl.ErrNoCopy)

@@ -46,6 +46,9 @@ type Node interface {
 	Supervisor() *peer.Supervisor
 	SetDecommissioning(on bool)
 	Dial(ctx context.Context, addr string) (*peer.Client, error)
+	// Encode and Reconstruct run the EC commands; see peer.Server's.
+	Encode(ctx context.Context, id uint64, targets []peer.Endpoint, mode peer.Mode) error
+	Reconstruct(ctx context.Context, id uint64, sources, targets []peer.Endpoint, mode peer.Mode) error
 }
 
 var _ Node = (*peer.Server)(nil)
@@ -298,14 +301,14 @@ func (a *Agent) remember(res *clusterpb.CommandResult) {
 }
 
 func (a *Agent) run(ctx context.Context, cmd *clusterpb.Command) error {
+	mode := peer.Push
+	if cmd.Mode == clusterpb.Mode_PULL {
+		mode = peer.Pull
+	}
 	switch cmd.Kind {
 	case clusterpb.Kind_REPLICATE:
 		if cmd.TargetAddr == "" {
 			return fmt.Errorf("replicate container %d to %s: no address known for it", cmd.ContainerId, cmd.TargetNode)
-		}
-		mode := peer.Push
-		if cmd.Mode == clusterpb.Mode_PULL {
-			mode = peer.Pull
 		}
 		job := a.cfg.Node.Supervisor().Submit(peer.Task{
 			Container: cmd.ContainerId, Target: cmd.TargetAddr, Mode: mode,
@@ -314,11 +317,53 @@ func (a *Agent) run(ctx context.Context, cmd *clusterpb.Command) error {
 		_, err := job.Wait(ctx)
 		return err
 	case clusterpb.Kind_DELETE:
+		for _, d := range a.cfg.Containers.List() {
+			if d.ID == cmd.ContainerId && d.ReplicaIndex != int(cmd.Index) {
+				// The replica here is another index than the one the
+				// coordinator meant to remove: its view is behind.
+				return fmt.Errorf("delete container %d index %d: this node holds index %d", cmd.ContainerId, cmd.Index, d.ReplicaIndex)
+			}
+		}
 		err := a.cfg.Containers.Delete(cmd.ContainerId)
 		if errors.Is(err, container.ErrNotFound) {
 			return nil // gone already: what was asked
 		}
 		return err
+	case clusterpb.Kind_ENCODE, clusterpb.Kind_RECONSTRUCT:
+		targets, err := endpoints(cmd, cmd.Targets)
+		if err != nil {
+			return err
+		}
+		ctx := ctx
+		if d := fromNanos(cmd.Deadline); !d.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, d)
+			defer cancel()
+		}
+		if cmd.Kind == clusterpb.Kind_ENCODE {
+			return a.cfg.Node.Encode(ctx, cmd.ContainerId, targets, mode)
+		}
+		sources, err := endpoints(cmd, cmd.Sources)
+		if err != nil {
+			return err
+		}
+		return a.cfg.Node.Reconstruct(ctx, cmd.ContainerId, sources, targets, mode)
 	}
 	return fmt.Errorf("command %d: kind %v: %w", cmd.Id, cmd.Kind, ErrInvalid)
+}
+
+// endpoints reads a command's sources or targets: every one must have an
+// address and an index.
+func endpoints(cmd *clusterpb.Command, in []*clusterpb.Endpoint) ([]peer.Endpoint, error) {
+	out := make([]peer.Endpoint, 0, len(in))
+	for _, e := range in {
+		if e.Addr == "" || e.Index == 0 {
+			return nil, fmt.Errorf("%s container %d: node %s (index %d) has no address known or no index", cmd.Kind, cmd.ContainerId, e.Node, e.Index)
+		}
+		out = append(out, peer.Endpoint{Index: int(e.Index), Addr: e.Addr})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s container %d: no targets: %w", cmd.Kind, cmd.ContainerId, ErrInvalid)
+	}
+	return out, nil
 }

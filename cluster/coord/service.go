@@ -143,21 +143,42 @@ func (s *Service) Heartbeat(ctx context.Context, req *clusterpb.HeartbeatRequest
 // commandToPB resolves the command's target to its address. c.mu is held.
 func commandToPB(c *Coordinator, cmd store.Command) *clusterpb.Command {
 	pb := &clusterpb.Command{
-		Id: cmd.ID, ContainerId: uint64(cmd.Container), TargetNode: string(cmd.Target),
-		Priority: int32(cmd.Priority), Deadline: nanos(cmd.Deadline),
+		Id: cmd.ID, ContainerId: uint64(cmd.Container), TargetNode: string(cmd.Target), Index: uint32(cmd.Index),
+		Priority: int32(cmd.Priority), Deadline: nanos(cmd.Deadline), Mode: clusterpb.Mode_PUSH,
 	}
-	if n := c.nodes[cmd.Target]; n != nil {
-		pb.TargetAddr = n.Addr
+	if cmd.Mode == cluster.Pull {
+		pb.Mode = clusterpb.Mode_PULL
+	}
+	addr := func(id cluster.NodeID) string {
+		if n := c.nodes[id]; n != nil {
+			return n.Addr
+		}
+		return ""
+	}
+	pb.TargetAddr = addr(cmd.Target)
+	endpoints := func(nodes []cluster.NodeID, indexes []uint8) []*clusterpb.Endpoint {
+		var out []*clusterpb.Endpoint
+		for k, n := range nodes {
+			e := &clusterpb.Endpoint{Node: string(n), Addr: addr(n)}
+			if k < len(indexes) {
+				e.Index = uint32(indexes[k])
+			}
+			out = append(out, e)
+		}
+		return out
 	}
 	switch cmd.Kind {
 	case cluster.Replicate:
 		pb.Kind = clusterpb.Kind_REPLICATE
-		pb.Mode = clusterpb.Mode_PUSH
-		if cmd.Mode == cluster.Pull {
-			pb.Mode = clusterpb.Mode_PULL
-		}
 	case cluster.Delete:
 		pb.Kind = clusterpb.Kind_DELETE
+	case cluster.Encode:
+		pb.Kind = clusterpb.Kind_ENCODE
+		pb.Targets = endpoints(cmd.Targets, cmd.Indexes)
+	case cluster.Reconstruct:
+		pb.Kind = clusterpb.Kind_RECONSTRUCT
+		pb.Sources = endpoints(cmd.Sources, cmd.SourceIndexes)
+		pb.Targets = endpoints(cmd.Targets, cmd.Indexes)
 	}
 	return pb
 }

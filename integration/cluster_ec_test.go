@@ -1,0 +1,317 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cmfs-project/cmfs/internal/wait"
+)
+
+// The EC tests run twelve nodes on four racks: r1 dn1…dn4, r2 dn5…dn8,
+// r3 dn9 dn10, r4 dn11 dn12 (dn1 the coordinator), and one container of
+// ec:rs-6-3-1024k: nine indexes, at most ceil(9/4) = 3 on a rack.
+
+const (
+	ecScheme  = "ec:rs-6-3-1024k"
+	ecIndexes = 9
+	ecData    = 6
+	ecRackCap = 3
+)
+
+func ecRackOf(node string) string {
+	var i int
+	fmt.Sscanf(node, "dn%d", &i)
+	switch {
+	case i <= 4:
+		return "r1"
+	case i <= 8:
+		return "r2"
+	case i <= 10:
+		return "r3"
+	}
+	return "r4"
+}
+
+func startECCluster(t *testing.T, extra ...string) *testCluster {
+	t.Helper()
+	return startClusterOf(t, 12, ecRackOf, append([]string{"--metrics", "127.0.0.1:0"}, extra...)...)
+}
+
+// ecFiles writes the files of the test container: sizes that fill one
+// stripe and part of a second, and a 1-byte file.
+func ecFiles(t *testing.T) []string {
+	dir := t.TempDir()
+	return []string{
+		randomFile(t, dir, "a", 2<<20+1),
+		randomFile(t, dir, "b", 3<<20),
+		randomFile(t, dir, "c", 1<<20+512<<10+17),
+		randomFile(t, dir, "d", 1),
+	}
+}
+
+// waitEC waits until container id is HEALTHY with its nine indexes each
+// CLOSED on its own node outside not, nothing else outside not, at most
+// ecRackCap on a rack; it returns the node of each index.
+func (c *testCluster) waitEC(t *testing.T, id string, not ...string) map[int]string {
+	t.Helper()
+	var last clusterContainer
+	var holders map[int]string
+	ok := wait.Until(90*time.Second, func() bool {
+		last = c.containers(t)[id]
+		holders = map[int]string{}
+		perRack := map[string]int{}
+		others := 0
+		for _, r := range last.Replicas {
+			if slices.Contains(not, r.Node) {
+				continue
+			}
+			others++
+			if r.State == "CLOSED" && r.Index >= 1 && r.Index <= ecIndexes {
+				holders[r.Index] = r.Node
+				perRack[ecRackOf(r.Node)]++
+			}
+		}
+		for _, n := range perRack {
+			if n > ecRackCap {
+				return false
+			}
+		}
+		return last.Class == "HEALTHY" && len(holders) == ecIndexes && others == ecIndexes
+	})
+	if !ok {
+		t.Fatalf("container %s not HEALTHY with %d indexes on their own nodes (avoiding %v, ≤%d a rack) within 90s: %+v", id, ecIndexes, not, ecRackCap, last)
+	}
+	for i, n := range holders {
+		if ci, found := c.nodes[n].find(t, id); !found || ci.State != "CLOSED" || ci.Replication != ecScheme {
+			t.Errorf("admin says %s holds index %d of %s CLOSED; the node lists %+v (found %v)", n, i, id, ci, found)
+		}
+	}
+	return holders
+}
+
+// getCluster runs `container get --cluster` for file's block.
+func (c *testCluster) getCluster(t *testing.T, file string) (result, string) {
+	t.Helper()
+	fi, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "block")
+	res := replicad(t, "container", "get", "--cluster", c.coord.Addr, fmt.Sprintf("%s-%d", xxhsum(t, file), fi.Size()), "-o", out)
+	return res, out
+}
+
+// checkECReads reads every file back through the cluster: byte-identical.
+func (c *testCluster) checkECReads(t *testing.T, what string, files []string) {
+	t.Helper()
+	for _, f := range files {
+		res, out := c.getCluster(t, f)
+		if res.Code != 0 {
+			t.Errorf("%s: container get --cluster %s: %v", what, filepath.Base(f), res)
+			continue
+		}
+		if got, want := readFile(t, out), readFile(t, f); !bytes.Equal(got, want) {
+			t.Errorf("%s: block of %s: %d bytes differ from the file's %d", what, filepath.Base(f), len(got), len(want))
+		}
+	}
+}
+
+var sentLine = regexp.MustCompile(`(?m)^replicad_replication_bytes_total\{direction="sent"[^}]*\} (\S+)$`)
+
+// sentBytes sums what the running nodes have sent to peers.
+func (c *testCluster) sentBytes(t *testing.T) int64 {
+	t.Helper()
+	var sum int64
+	for _, n := range c.nodes {
+		if n.p.exited() || n.Metrics == "" {
+			continue
+		}
+		resp, err := http.Get("http://" + n.Metrics + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if m := sentLine.FindStringSubmatch(string(body)); m != nil {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			sum += int64(v)
+		}
+	}
+	return sum
+}
+
+// pickHolders returns k nodes holding indexes, never the coordinator.
+func pickHolders(holders map[int]string, k int) []string {
+	var out []string
+	for i := 1; i <= ecIndexes && len(out) < k; i++ {
+		if n := holders[i]; n != "dn1" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// TestClusterEC follows one ec:rs-6-3-1024k container through Ozone's
+// scenarios, in push and in pull mode: written whole on dn2, encoded
+// into nine indexes on nine nodes within the rack cap; a decommissioned
+// holder's index copied one to one (the bytes moved are one index, not
+// the container); three holders killed → reads degraded at once, then
+// the three indexes reconstructed; four killed → UNRECOVERABLE, reads
+// refused, nothing invented; an index moved by hand onto a full rack →
+// MIS_REPLICATED → moved back within the cap. Every file reads back
+// byte-identical through `container get --cluster` at every step.
+func TestClusterEC(t *testing.T) { inModesOf(t, startECCluster, testEC) }
+
+func testEC(t *testing.T, c *testCluster) {
+	files := ecFiles(t)
+	var total int64
+	for _, f := range files {
+		fi, _ := os.Stat(f)
+		total += fi.Size()
+	}
+	id := c.nodes["dn2"].fillReplication(t, ecScheme, files...)
+	holders := c.waitEC(t, id)
+	if _, ok := c.nodes["dn2"].find(t, id); ok && !slices.Contains(mapValues(holders), "dn2") {
+		t.Errorf("dn2 still holds the whole copy of %s once encoded", id)
+	}
+	c.checkECReads(t, "encoded", files)
+	indexBytes := (total + ecData - 1) / ecData // about: the cells of one data index
+
+	t.Run("decommission", func(t *testing.T) {
+		victim := pickHolders(holders, 1)[0]
+		before := c.sentBytes(t)
+		if res := replicad(t, "admin", "decommission", "--server", c.coord.Addr, victim); res.Code != 0 {
+			t.Fatalf("admin decommission %s: %v", victim, res)
+		}
+		wait.For(t, 60*time.Second, victim+" DECOMMISSIONED", func() bool {
+			return c.adminNodes(t)[victim].OpState == "DECOMMISSIONED"
+		})
+		c.waitEC(t, id, victim)
+		moved := c.sentBytes(t) - before
+		t.Logf("decommission of %s moved %d bytes; the container is %d, an index about %d", victim, moved, total, indexBytes)
+		if moved < indexBytes || moved > 2*indexBytes {
+			t.Errorf("decommission moved %d bytes: want one index (%d..%d), not the container's %d", moved, indexBytes, 2*indexBytes, total)
+		}
+		if res := replicad(t, "admin", "recommission", "--server", c.coord.Addr, victim); res.Code != 0 {
+			t.Fatalf("admin recommission %s: %v", victim, res)
+		}
+		holders = c.waitEC(t, id) // the extra copy deleted
+	})
+
+	t.Run("reconstruct", func(t *testing.T) {
+		victims := pickHolders(holders, 3)
+		before := c.sentBytes(t)
+		for _, v := range victims {
+			c.nodes[v].kill9(t)
+		}
+		c.checkECReads(t, "3 holders down", files)
+		holders = c.waitEC(t, id, victims...)
+		moved := c.sentBytes(t) - before
+		t.Logf("reconstructing 3 indexes moved %d bytes (an index is about %d, the container %d)", moved, indexBytes, total)
+		if moved < (ecData-1)*indexBytes {
+			t.Errorf("reconstruction moved %d bytes: it must read at least %d indexes' cells (%d)", moved, ecData-1, (ecData-1)*indexBytes)
+		}
+		c.checkECReads(t, "reconstructed", files)
+		for _, v := range victims {
+			c.nodes[v].restart(t)
+		}
+		holders = c.waitEC(t, id) // the old copies back, the extras deleted
+	})
+
+	t.Run("unrecoverable", func(t *testing.T) {
+		victims := pickHolders(holders, 4)
+		for _, v := range victims {
+			c.nodes[v].kill9(t)
+		}
+		var last clusterContainer
+		wait.For(t, 30*time.Second, id+" UNRECOVERABLE", func() bool {
+			last = c.containers(t)[id]
+			return last.Class == "UNRECOVERABLE"
+		})
+		if !strings.Contains(last.Reason, "index") {
+			t.Errorf("UNRECOVERABLE without saying why in indexes: %+v", last)
+		}
+		res, out := c.getCluster(t, files[1])
+		if res.Code == 0 || strings.Count(strings.TrimSpace(res.Stderr), "\n") != 0 {
+			t.Errorf("get with 5 of 9 indexes: %v, want one line and a failure", res)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("get with 5 of 9 indexes wrote %s", out)
+		}
+		for _, v := range victims {
+			c.nodes[v].restart(t)
+		}
+		holders = c.waitEC(t, id)
+		c.checkECReads(t, "back from unrecoverable", files)
+	})
+
+	t.Run("misreplicated", func(t *testing.T) {
+		// A rack at the cap with a free node, and an index on r3 or r4.
+		perRack := map[string][]int{}
+		busy := map[string]bool{}
+		for i, n := range holders {
+			perRack[ecRackOf(n)] = append(perRack[ecRackOf(n)], i)
+			busy[n] = true
+		}
+		var free, src string
+		moved := 0
+		for i := 1; i <= 12; i++ {
+			n := fmt.Sprintf("dn%d", i)
+			if r := ecRackOf(n); !busy[n] && len(perRack[r]) == ecRackCap && free == "" {
+				free = n
+			}
+		}
+		for i := 1; i <= ecIndexes; i++ {
+			if r := ecRackOf(holders[i]); (r == "r3" || r == "r4") && holders[i] != "dn1" {
+				src, moved = holders[i], i
+				break
+			}
+		}
+		if free == "" || src == "" {
+			t.Fatalf("no rack at the cap with a free node, or no index on r3/r4: %v", holders)
+		}
+		// With the replication manager held off (a coordinator restarted
+		// with a long cycle), move index `moved` from src to free by hand.
+		coord := c.coord
+		coord.kill9(t)
+		normal := slices.Clone(coord.extra)
+		coord.extra = append(coord.extra, "--rm-interval", "1h")
+		coord.restart(t)
+		c.nodes[src].must(t, "replicate", id, "--to", c.nodes[free].Addr)
+		if err := os.RemoveAll(filepath.Join(c.nodes[src].Volume(), id)); err != nil {
+			t.Fatal(err)
+		}
+		var last clusterContainer
+		wait.For(t, 30*time.Second, id+" MIS_REPLICATED", func() bool {
+			last = c.containers(t)[id]
+			return last.Class == "MIS_REPLICATED"
+		})
+		coord.kill9(t)
+		coord.extra = normal
+		coord.restart(t)
+		holders = c.waitEC(t, id)
+		if n := holders[moved]; ecRackOf(n) == ecRackOf(free) && len(perRack[ecRackOf(free)]) == ecRackCap {
+			// waitEC checked the cap; say which way it was fixed.
+			t.Logf("index %d stayed on %s; another index left rack %s", moved, n, ecRackOf(free))
+		}
+		c.checkECReads(t, "after the move", files)
+	})
+}
+
+func mapValues(m map[int]string) []string {
+	var out []string
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
