@@ -13,10 +13,12 @@ import (
 )
 
 // Apply carries out d on s: each Replicate adds a CLOSED replica on its
-// target with the checksum of its first source's copy, each Delete removes
-// a replica, each Transition sets a node's state. Pending commands are
-// taken as done (s.Pending is emptied). Replicas stay sorted by container
-// then node.
+// target with the index and checksum of its first source's copy, each
+// Encode and Reconstruct a CLOSED replica of Indexes[k] on Targets[k]
+// with the checksum of its first source's, each Delete removes a replica
+// (of the index it names), each Transition sets a node's state. Pending
+// commands are taken as done (s.Pending is emptied). Replicas stay sorted
+// by container then node.
 func Apply(s *cluster.State, d cluster.Decision) error {
 	for _, c := range d.Commands {
 		switch c.Kind {
@@ -24,12 +26,21 @@ func Apply(s *cluster.State, d cluster.Decision) error {
 			if err := copyReplica(s, c); err != nil {
 				return err
 			}
+		case cluster.Encode, cluster.Reconstruct:
+			if err := makeIndexes(s, c); err != nil {
+				return err
+			}
 		case cluster.Delete:
 			i, ok := find(s.Replicas, c.Container, c.Target)
 			if !ok {
 				return fmt.Errorf("%v: no such replica", c)
 			}
+			if s.Replicas[i].Index != c.Index {
+				return fmt.Errorf("%v: the replica there is index %d", c, s.Replicas[i].Index)
+			}
 			s.Replicas = slices.Delete(s.Replicas, i, i+1)
+		default:
+			return fmt.Errorf("%v: unknown kind", c)
 		}
 	}
 	for _, t := range d.Transitions {
@@ -56,8 +67,46 @@ func copyReplica(s *cluster.State, c cluster.Command) error {
 		return fmt.Errorf("%v: target holds a replica already", c)
 	}
 	r := s.Replicas[src]
+	if r.Index != c.Index {
+		return fmt.Errorf("%v: source holds index %d", c, r.Index)
+	}
 	r.Node, r.State = c.Target, cluster.Closed
 	s.Replicas = slices.Insert(s.Replicas, i, r)
+	return nil
+}
+
+// makeIndexes adds the indexes an Encode or Reconstruct makes. The
+// sources must hold what the command says: an Encode's the whole copy,
+// a Reconstruct's the indexes SourceIndexes lists.
+func makeIndexes(s *cluster.State, c cluster.Command) error {
+	if len(c.Sources) == 0 || len(c.Indexes) != len(c.Targets) {
+		return fmt.Errorf("%v: no source, or not one target per index", c)
+	}
+	want := make([]uint8, len(c.Sources)) // an Encode's source holds index 0
+	if c.Kind == cluster.Reconstruct {
+		if len(c.SourceIndexes) != len(c.Sources) {
+			return fmt.Errorf("%v: not one index per source", c)
+		}
+		want = c.SourceIndexes
+	}
+	var r cluster.Replica
+	for k, n := range c.Sources {
+		i, ok := find(s.Replicas, c.Container, n)
+		if !ok || s.Replicas[i].Index != want[k] {
+			return fmt.Errorf("%v: source %s holds no index %d", c, n, want[k])
+		}
+		if k == 0 {
+			r = s.Replicas[i]
+		}
+	}
+	for k, n := range c.Targets {
+		i, exists := find(s.Replicas, c.Container, n)
+		if exists {
+			return fmt.Errorf("%v: target %s holds a replica already", c, n)
+		}
+		r.Node, r.State, r.Index = n, cluster.Closed, c.Indexes[k]
+		s.Replicas = slices.Insert(s.Replicas, i, r)
+	}
 	return nil
 }
 
