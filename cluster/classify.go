@@ -20,10 +20,11 @@ const (
 	// OverReplicated: more good copies in service than the replication
 	// asks for, or bad replicas to remove now that enough good ones exist.
 	OverReplicated
-	// Unrecoverable: no good copy left anywhere (or the copies disagree
-	// with no majority); reported, never acted on.
+	// Unrecoverable: no good copy left anywhere (EC: fewer than D
+	// distinct indexes, no whole copy), or the copies disagree with no
+	// majority; reported, never acted on.
 	Unrecoverable
-	// Unmanaged: not Decide's to handle (EC, or not CLOSED); left alone.
+	// Unmanaged: not Decide's to handle (not CLOSED); left alone.
 	Unmanaged
 	numClasses
 )
@@ -42,13 +43,16 @@ type Status struct {
 	Class  Class
 	Reason string // why, for Unrecoverable and Unmanaged
 	// Redundancy is how many of the good copies online could be lost with
-	// one left: copies-1, -1 with none. Fewest first is the work order.
+	// one left: copies-1, -1 with none (EC: distinct indexes online - D).
+	// Fewest first is the work order.
 	Redundancy int
-	// InService counts good copies on healthy in-service nodes; Needed is
-	// how many of those the container must have.
+	// InService counts good copies on healthy in-service nodes (EC:
+	// distinct indexes); Needed is how many of those the container must
+	// have.
 	InService, Needed int
 	// Racks is how many racks the copies span; WantRacks how many they
-	// could.
+	// could (EC: the racks the indexes counted for the spread use, and
+	// min(D+P, usable racks)).
 	Racks, WantRacks int
 }
 
