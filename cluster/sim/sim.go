@@ -131,12 +131,18 @@ func Sort(replicas []cluster.Replica) {
 	})
 }
 
-// Spec describes a synthetic cluster of replica:3 containers.
+// Spec describes a synthetic cluster of replica:3 containers, and
+// ec:rs-6-3-1024k ones if EC says.
 type Spec struct {
 	Nodes, Racks, Containers int
 	// UnderReplicated is the fraction of containers written with only
-	// two copies.
+	// two copies (EC: eight indexes).
 	UnderReplicated float64
+	// EC is the fraction of containers that are rs-6-3, encoded: their
+	// nine indexes on nine nodes, at most ⌈9/min(9, racks)⌉ on a rack
+	// (none if the nodes cannot hold that). Without it the generator
+	// draws exactly what it drew before.
+	EC float64
 	// Dead nodes, and Decommissioning ones, are the first ones by id.
 	Dead, Decommissioning int
 	Seed                  uint64
@@ -163,13 +169,26 @@ func Generate(spec Spec) cluster.State {
 		}
 		byRack[i%spec.Racks] = append(byRack[i%spec.Racks], i)
 	}
-	repl := cluster.MustReplication("replica:3")
+	// EC needs nine nodes with no rack over its share.
+	room := 0
+	for _, r := range byRack {
+		room += min(len(r), (9+min(9, spec.Racks)-1)/min(9, spec.Racks))
+	}
+	if room < 9 {
+		spec.EC = 0
+	}
+	repl, ec := cluster.MustReplication("replica:3"), cluster.MustReplication("ec:rs-6-3-1024k")
 	s.Containers = make([]cluster.Container, spec.Containers)
 	s.Replicas = make([]cluster.Replica, 0, 3*spec.Containers)
 	var picked [3]int
 	for ci := range s.Containers {
 		id := cluster.ContainerID(ci + 1)
 		s.Containers[ci] = cluster.Container{ID: id, Replication: repl, State: cluster.Closed, Bytes: 5 << 30}
+		if spec.EC > 0 && rng.Float64() < spec.EC {
+			s.Containers[ci].Replication = ec
+			generateEC(&s, rng, spec, byRack, id)
+			continue
+		}
 		copies := 3
 		if rng.Float64() < spec.UnderReplicated {
 			copies = 2
@@ -202,10 +221,41 @@ func Generate(spec Spec) cluster.State {
 	return s
 }
 
+// generateEC places the indexes of EC container id: nine distinct
+// nodes, no rack over its share, index k+1 on the k-th node drawn.
+func generateEC(s *cluster.State, rng *rand.Rand, spec Spec, byRack [][]int, id cluster.ContainerID) {
+	total := 9
+	share := (total + min(total, spec.Racks) - 1) / min(total, spec.Racks)
+	indexes := total
+	if rng.Float64() < spec.UnderReplicated {
+		indexes--
+	}
+	sum := rng.Uint64() | 1
+	perRack := make([]int, spec.Racks)
+	first := len(s.Replicas)
+	var picked []int
+	for k := range indexes {
+		for {
+			r := rng.IntN(spec.Racks)
+			n := byRack[r][rng.IntN(len(byRack[r]))]
+			if perRack[r] >= share || slices.Contains(picked, n) {
+				continue
+			}
+			perRack[r]++
+			picked = append(picked, n)
+			s.Replicas = append(s.Replicas, cluster.Replica{Container: id, Node: s.Nodes[n].ID, Index: uint8(k + 1),
+				State: cluster.Closed, Checksum: sum})
+			break
+		}
+	}
+	slices.SortFunc(s.Replicas[first:], func(a, b cluster.Replica) int { return cmp.Compare(a.Node, b.Node) })
+}
+
 // Count is the floor of any decision cycle, the benchmarks' baseline: one
 // walk over the containers and their replicas (sorted by container, as
 // Generate makes them), counting the replicas of each, with the number
-// of containers that have fewer than their replication asks for.
+// of containers that have fewer than their replication asks for (EC:
+// D+P indexes).
 func Count(s cluster.State) (short int) {
 	r := 0
 	for _, c := range s.Containers {
@@ -217,7 +267,7 @@ func Count(s cluster.State) (short int) {
 			n++
 			r++
 		}
-		if n < int(c.Replication.N) {
+		if n < int(c.Replication.N)+int(c.Replication.Parity) {
 			short++
 		}
 	}
