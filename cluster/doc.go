@@ -161,7 +161,7 @@
 //     rack holding the most, or the fuller node, goes; never the last)
 //     while none is stale; the whole copy (Index 0, good or bad, on a
 //     node in service or decommissioning) once every index has a good
-//     copy in service.
+//     copy in service. A source of a pending command is not deleted.
 //
 // A decommissioning node stays DECOMMISSIONING while an index it holds
 // has no good copy in service elsewhere (its whole copy: until every

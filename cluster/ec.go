@@ -47,6 +47,8 @@ type ecAnalysis struct {
 	outOfRange []ecReplica
 	// nodes the container still needs in their operational state
 	block []int32
+	// busy: sources of pending commands, never deleted under them
+	busy []int32
 	// missing indexes: no good copy online, none coming
 	missing []uint8
 	// placed: a command of this cycle gains the index
@@ -92,7 +94,8 @@ func (e *ecAnalysis) reset(d, total, racks int) {
 	}
 	e.rackN = e.rackN[:racks]
 	clear(e.rackN)
-	e.outOfRange, e.block, e.missing, e.waitRacks = e.outOfRange[:0], e.block[:0], e.missing[:0], e.waitRacks[:0]
+	e.outOfRange, e.block, e.busy = e.outOfRange[:0], e.block[:0], e.busy[:0]
+	e.missing, e.waitRacks = e.missing[:0], e.waitRacks[:0]
 	e.cap, e.wantInService, e.wholeSource, e.allInService = 0, 0, false, false
 }
 
@@ -117,6 +120,11 @@ func (t *topo) analyzeEC(c *Container, reps []Replica, pending []Command, cfg *C
 		for _, g := range pc.Targets {
 			if i, ok := t.idx[g]; ok {
 				a.holders = addOnce(a.holders, i)
+			}
+		}
+		for _, g := range pc.Sources {
+			if i, ok := t.idx[g]; ok {
+				e.busy = addOnce(e.busy, i)
 			}
 		}
 	}
@@ -703,11 +711,14 @@ func (d *decider) ecMove(c *Container) {
 // ecRemove deletes what c has too many of: replicas out of the scheme;
 // bad replicas of indexes with a good copy in service; the copies in
 // service of an index beside the one spread chose, while none is stale;
-// and the whole copy once every index has a copy in service.
+// and the whole copy once every index has a copy in service. A source of
+// a command in flight is kept until it is done.
 func (d *decider) ecRemove(c *Container) {
 	e := &d.a.ecAnalysis
 	del := func(i int32, index uint8) {
-		d.command(c, Command{Kind: Delete, Index: index, Target: d.nodes[i].ID})
+		if !slices.Contains(e.busy, i) {
+			d.command(c, Command{Kind: Delete, Index: index, Target: d.nodes[i].ID})
+		}
 	}
 	for _, r := range e.outOfRange {
 		del(r.node, r.index)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cmfs-project/cmfs/cluster"
 	"github.com/cmfs-project/cmfs/cluster/sim"
@@ -455,5 +456,32 @@ func TestConvergeGeneratedEC(t *testing.T) {
 		if err != nil || st.InService != 9 {
 			t.Fatalf("container %d: %+v, %v; want 9 indexes in service", ctr.ID, st, err)
 		}
+	}
+}
+
+// TestECSourceInFlightKept: an extra copy that a command in flight reads
+// from is not deleted under it.
+func TestECSourceInFlightKept(t *testing.T) {
+	s := cluster.State{Nodes: fourRacks(nodeMods{"a3": {health(cluster.Dead)}}), Containers: []cluster.Container{ctr(1, rs63)},
+		Replicas: append(ecReps(1, spread63...), indexOn(1, 1, "c3", cluster.Closed))}
+	rebuild := cluster.Command{Kind: cluster.Reconstruct, Container: 1, Mode: cluster.Push, Deadline: now.Add(time.Minute),
+		Sources: []cluster.NodeID{"c3", "b1", "c1", "d1", "a2", "b2"}, SourceIndexes: []uint8{1, 2, 3, 4, 5, 6},
+		Indexes: []uint8{9}, Targets: []cluster.NodeID{"b3"}}
+	for _, tt := range []struct {
+		name    string
+		sources []cluster.NodeID
+		want    []string
+	}{
+		{"c3 a source", rebuild.Sources, []string{}},
+		{"c3 not a source", []cluster.NodeID{"a1", "b1", "c1", "d1", "a2", "b2"}, []string{"D 1/1 c3"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := rebuild
+			p.Sources = tt.sources
+			s.Pending = []cluster.Command{p}
+			if got := show(decide(t, s, cfg()).Commands); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("commands %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
