@@ -569,6 +569,7 @@ func (d *decider) encode(c *Container) {
 func (d *decider) reconstruct(c *Container) {
 	e := &d.a.ecAnalysis
 	bytes := indexBytes(c)
+	// send rebuilds what it can of indexes; false: nothing.
 	send := func(indexes []uint8) bool {
 		srcs, sidx := d.ecSources()
 		if len(srcs) < e.d {
@@ -592,7 +593,7 @@ func (d *decider) reconstruct(c *Container) {
 			d.load[s]++
 		}
 		d.gain(targets, indexes, bytes)
-		return len(targets) == len(indexes)
+		return true
 	}
 	if d.cfg.Push {
 		send(e.missing)
