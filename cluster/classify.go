@@ -20,10 +20,11 @@ const (
 	// OverReplicated: more good copies in service than the replication
 	// asks for, or bad replicas to remove now that enough good ones exist.
 	OverReplicated
-	// Unrecoverable: no good copy left anywhere (or the copies disagree
-	// with no majority); reported, never acted on.
+	// Unrecoverable: no good copy left anywhere (EC: fewer than D
+	// distinct indexes, no whole copy), or the copies disagree with no
+	// majority; reported, never acted on.
 	Unrecoverable
-	// Unmanaged: not Decide's to handle (EC, or not CLOSED); left alone.
+	// Unmanaged: not Decide's to handle (not CLOSED); left alone.
 	Unmanaged
 	numClasses
 )
@@ -42,19 +43,21 @@ type Status struct {
 	Class  Class
 	Reason string // why, for Unrecoverable and Unmanaged
 	// Redundancy is how many of the good copies online could be lost with
-	// one left: copies-1, -1 with none. Fewest first is the work order.
+	// one left: copies-1, -1 with none (EC: distinct indexes online - D).
+	// Fewest first is the work order.
 	Redundancy int
-	// InService counts good copies on healthy in-service nodes; Needed is
-	// how many of those the container must have.
+	// InService counts good copies on healthy in-service nodes (EC:
+	// distinct indexes); Needed is how many of those the container must
+	// have.
 	InService, Needed int
 	// Racks is how many racks the copies span; WantRacks how many they
-	// could.
+	// could (EC: the racks the indexes counted for the spread use, and
+	// min(D+P, usable racks)).
 	Racks, WantRacks int
 }
 
 // Reasons.
 const (
-	reasonEC       = "EC replication is not handled yet"
 	reasonNotClose = "container is not CLOSED"
 	reasonNoCopy   = "no good replica left"
 	reasonDispute  = "replica checksums disagree and none has a majority"
@@ -68,6 +71,8 @@ type topo struct {
 	rack   []int32
 	racks  int
 	usable []bool // rack has a healthy in-service node
+	// nUsable counts the usable racks
+	nUsable int
 	// targets are the healthy in-service nodes.
 	targets []int32
 }
@@ -100,6 +105,9 @@ func newTopo(nodes []Node) (*topo, error) {
 		}
 		t.rack[i] = r
 		if n.Health == Healthy && n.OpState == InService {
+			if !t.usable[r] {
+				t.nUsable++
+			}
 			t.usable[r] = true
 			t.targets = append(t.targets, int32(i))
 		}
@@ -134,11 +142,14 @@ type analysis struct {
 	maintRacks []int32
 	// stale: good copies on stale nodes; coming: copies on their way
 	stale, coming int
+	// ec: an EC container, counted index by index in ecAnalysis
+	ec bool
+	ecAnalysis
 }
 
 func (a *analysis) reset() {
 	a.Status = Status{}
-	a.n, a.priority, a.managed, a.stale, a.coming = 0, 0, false, 0, 0
+	a.n, a.priority, a.managed, a.stale, a.coming, a.ec = 0, 0, false, 0, 0, false
 	a.inService, a.sources, a.bad = a.inService[:0], a.sources[:0], a.bad[:0]
 	a.holders, a.used, a.depends, a.deleting = a.holders[:0], a.used[:0], a.depends[:0], a.deleting[:0]
 	a.maintRacks = a.maintRacks[:0]
@@ -180,10 +191,10 @@ func (t *topo) analyze(c *Container, reps []Replica, pending []Command, cfg *Con
 		}
 	}
 	switch {
-	case c.Replication.Type == EC:
-		a.Class, a.Reason = Unmanaged, reasonEC
-	case c.Replication.Type != Ratis || c.Replication.N == 0:
+	case c.Replication.Type != Ratis && c.Replication.Type != EC || c.Replication.N == 0:
 		a.Class, a.Reason = Unmanaged, "no replication config"
+	case c.Replication.Type == EC && int(c.Replication.N)+int(c.Replication.Parity) > 255:
+		a.Class, a.Reason = Unmanaged, "EC scheme of more than 255 indexes"
 	case c.State != Closed:
 		a.Class, a.Reason = Unmanaged, reasonNotClose
 	}
@@ -194,6 +205,10 @@ func (t *topo) analyze(c *Container, reps []Replica, pending []Command, cfg *Con
 			}
 		}
 		a.Redundancy = -1
+		return
+	}
+	if c.Replication.Type == EC {
+		t.analyzeEC(c, reps, pending, cfg, a)
 		return
 	}
 	a.n = int(c.Replication.N)

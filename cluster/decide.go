@@ -51,6 +51,7 @@ type decider struct {
 	free    []int64 // free bytes per node, less what this cycle placed
 	blocked []bool  // a container still depends on the node
 	pending map[ContainerID][]Command
+	rackN   []int32 // an EC container's indexes per rack, as this cycle places them
 	a       analysis
 	out     Decision
 }
@@ -116,7 +117,11 @@ func Decide(s State, cfg Config) (Decision, error) {
 		case UnderReplicated, MisReplicated, OverReplicated:
 			todo = append(todo, work{int32(ci), int32(lo), int32(r), int32(a.Redundancy), a.Class})
 		}
-		if !a.sufficient() {
+		if a.ec {
+			for _, n := range a.block {
+				d.blocked[n] = true
+			}
+		} else if !a.sufficient() {
 			for _, n := range a.depends {
 				d.blocked[n] = true
 			}
@@ -131,12 +136,14 @@ func Decide(s State, cfg Config) (Decision, error) {
 		c := &containers[w.c]
 		d.analyze(c, replicas[w.lo:w.hi], d.pending[c.ID], &d.cfg, &d.a)
 		before := len(d.out.Commands)
-		switch d.a.Class {
-		case UnderReplicated:
+		switch {
+		case d.a.ec:
+			d.ec(c)
+		case d.a.Class == UnderReplicated:
 			d.replicate(c, d.a.Needed-(len(d.a.inService)+d.a.stale+d.a.coming), false)
-		case MisReplicated:
+		case d.a.Class == MisReplicated:
 			d.replicate(c, d.a.WantRacks-d.a.Racks, true)
-		case OverReplicated:
+		case d.a.Class == OverReplicated:
 			d.remove(c)
 		}
 		if len(d.out.Commands) == before {
@@ -162,15 +169,28 @@ func (d *decider) takePending(pending []Command) {
 			continue
 		}
 		d.pending[p.Container] = append(d.pending[p.Container], p)
-		if p.Kind != Replicate {
-			continue
-		}
-		if i, ok := d.idx[p.Target]; ok {
-			count[i]++
-		}
-		if len(p.Sources) > 0 {
-			if i, ok := d.idx[p.Sources[0]]; ok {
+		charge := func(n NodeID) {
+			if i, ok := d.idx[n]; ok {
 				count[i]++
+			}
+		}
+		switch p.Kind {
+		case Replicate:
+			charge(p.Target)
+			if len(p.Sources) > 0 {
+				charge(p.Sources[0])
+			}
+		case Encode:
+			if len(p.Sources) > 0 {
+				charge(p.Sources[0])
+			}
+			for _, n := range p.Targets {
+				charge(n)
+			}
+		case Reconstruct:
+			// Every source serves cells, in either mode.
+			for _, n := range slices.Concat(p.Sources, p.Targets) {
+				charge(n)
 			}
 		}
 	}

@@ -81,9 +81,9 @@ func TestDecide(t *testing.T) {
 			class: cluster.Unrecoverable, want: []string{}},
 		{name: "only unhealthy copies: unrecoverable, not deleted",
 			replicas: []cluster.Replica{bad(1, "a1"), bad(1, "b1")}, class: cluster.Unrecoverable, want: []string{}},
-		{name: "EC container left alone",
+		{name: "EC whole copy with fewer free nodes than indexes: not encoded yet",
 			containers: []cluster.Container{ctr(1, "ec:rs-6-3-1024k")}, replicas: reps(1, "a1"),
-			class: cluster.Unmanaged, want: []string{}},
+			class: cluster.UnderReplicated, want: []string{}},
 		{name: "open container left alone",
 			containers: []cluster.Container{func() cluster.Container { c := ctr(1); c.State = cluster.Open; return c }()},
 			replicas:   reps(1, "a1"), class: cluster.Unmanaged, want: []string{}},
@@ -110,9 +110,9 @@ func TestDecide(t *testing.T) {
 		{name: "decommissioning node nothing depends on: decommissioned",
 			mods: nodeMods{"c1": {decom}}, replicas: reps(1, "a1", "b1", "c1", "c2"),
 			class: cluster.Replicated, want: []string{}, transitions: []string{"c1 DECOMMISSIONING>DECOMMISSIONED"}},
-		{name: "decommissioning node holding an EC replica stays",
+		{name: "decommissioning node holding an EC whole copy: encoded from it, stays",
 			mods: nodeMods{"c1": {decom}}, containers: []cluster.Container{ctr(1, "ec:rs-3-2-1024k")},
-			replicas: reps(1, "c1"), class: cluster.Unmanaged, want: []string{}},
+			replicas: reps(1, "c1"), class: cluster.UnderReplicated, want: []string{"E 1 c1>1:a1,2:b1,3:c2,4:a2,5:b2"}},
 		{name: "maintenance with redundancy 1: no copy, safe at once",
 			mods: nodeMods{"c1": {entering}}, replicas: reps(1, "a1", "b1", "c1"), class: cluster.Replicated,
 			want: []string{}, transitions: []string{"c1 ENTERING_MAINTENANCE>IN_MAINTENANCE"}},
@@ -190,8 +190,11 @@ func TestDecide(t *testing.T) {
 func TestDecideReports(t *testing.T) {
 	s := cluster.State{
 		Nodes: threeRacks(nodeMods{"c3": {health(cluster.Dead)}}),
-		Containers: []cluster.Container{ctr(1), ctr(2), ctr(3, "ec:rs-6-3-1024k"), ctr(4), ctr(5),
-			ctr(6)},
+		Containers: []cluster.Container{ctr(1), ctr(2), func() cluster.Container {
+			c := ctr(3, "ec:rs-6-3-1024k")
+			c.State = cluster.Open
+			return c
+		}(), ctr(4), ctr(5), ctr(6)},
 		Replicas: slices.Concat(reps(1, "a1", "b1", "c1"), reps(2, "a2"), reps(3, "a3"), reps(4, "c3"),
 			reps(5, "a1", "a2", "b1", "c1"), reps(6, "a1", "b1")),
 	}
@@ -206,8 +209,8 @@ func TestDecideReports(t *testing.T) {
 	if want := []cluster.Report{{Container: 4, Reason: "no good replica left"}}; !reflect.DeepEqual(d.Unrecoverable, want) {
 		t.Errorf("unrecoverable %v, want %v", d.Unrecoverable, want)
 	}
-	if len(d.Unmanaged) != 1 || d.Unmanaged[0].Container != 3 || !strings.Contains(d.Unmanaged[0].Reason, "EC") {
-		t.Errorf("unmanaged %v, want container 3 for EC", d.Unmanaged)
+	if len(d.Unmanaged) != 1 || d.Unmanaged[0].Container != 3 || !strings.Contains(d.Unmanaged[0].Reason, "not CLOSED") {
+		t.Errorf("unmanaged %v, want container 3, not CLOSED", d.Unmanaged)
 	}
 	prio := map[cluster.ContainerID]int{}
 	for _, c := range d.Commands {

@@ -43,9 +43,9 @@
 // Classify (and Decide, for every container) puts a container in one
 // class, checked in this order:
 //
-//   - UNMANAGED: EC, or not CLOSED in the coordinator's record. Left
-//     alone and listed; a node holding one of its replicas is not declared
-//     DECOMMISSIONED or IN_MAINTENANCE.
+//   - UNMANAGED: not CLOSED in the coordinator's record (or no usable
+//     replication config). Left alone and listed; a node holding one of
+//     its replicas is not declared DECOMMISSIONED or IN_MAINTENANCE.
 //   - UNRECOVERABLE: no good copy anywhere, none coming; listed, never
 //     "repaired" (bad replicas are kept).
 //   - UNDER_REPLICATED: copies in service + stale + coming < needed.
@@ -84,6 +84,91 @@
 // container should span, never a copy while one is stale. Deletes are
 // not limited.
 //
+// # EC containers
+//
+// An ec:rs-D-P container is counted index by index, with the same rules
+// of goodness (CLOSED, the container's checksum: every index and the
+// whole copy carry the whole container's) and of where nodes stand. A
+// replica with Index 0 is the whole copy, written before encoding; 1…D
+// are data indexes, D+1…D+P parity. A good copy of index i is, by its
+// node: in service (a copy, a source, deletable), stale (counts, neither
+// source nor deletable, and keeps i's extras), decommissioning or
+// decommissioned (a source, not a copy in service), in maintenance (a
+// copy that comes back; healthy ENTERING_MAINTENANCE ones are sources);
+// coming: a CLOSING or RECOVERING replica of i on a node in service, or
+// a pending Replicate, Encode or Reconstruct whose Gains put i there.
+// Online is any of those but coming. A good replica, a good index and
+// indexes are "distinct" by index: two copies of one index are one.
+//
+// Classes, in this order after UNMANAGED:
+//
+//   - UNRECOVERABLE: replica checksums in dispute; or no whole copy
+//     online, fewer than D distinct indexes online and none coming — the
+//     reason says "k of D+P indexes left". Never acted on.
+//   - UNDER_REPLICATED: an index is missing (no good copy online, none
+//     coming; this includes a whole copy not encoded yet); or an index has
+//     good copies only on decommissioning nodes and none in service, stale
+//     or coming; or, while good copies are in maintenance, fewer than
+//     min(D+P, D+MaintenanceRemainingRedundancy) distinct indexes are in
+//     service, stale or coming.
+//   - MIS_REPLICATED: a rack holds more than ⌈(D+P) / min(D+P, usable
+//     racks)⌉ indexes, counting one copy per index: its only copy in
+//     service or coming, or of several the one on the rack holding the
+//     fewest so far (in service before coming, then the node with the
+//     most free space).
+//   - OVER_REPLICATED: an index has a copy in service besides the one
+//     counted for the racks and none stale; a bad replica (UNHEALTHY, the
+//     wrong checksum) of an index with a good copy in service; a replica
+//     whose index is beyond D+P; or every index 1…D+P has a good copy in
+//     service and a whole copy is left.
+//   - HEALTHY otherwise.
+//
+// Redundancy is how many indexes online beyond D could be lost (with a
+// whole copy online, at least 0); a command's Priority is P less that,
+// the redundancy lost. Unrecoverable and unmanaged containers have none.
+//
+// Commands, one class's per cycle, like Ratis ones:
+//
+//   - Encode{Sources: [the whole copy's node], Indexes: the missing ones,
+//     Targets: a node each} while a whole copy is on a healthy node that
+//     can be a source (in service, then decommissioning, then entering
+//     maintenance): one command, and only once every missing index has a
+//     target. Targets are healthy in-service nodes holding nothing of the
+//     container, under their limit, with room for twice the largest index
+//     (⌈stripes⌉ cells, about Bytes/D); on the rack holding the fewest
+//     indexes first (counting those there and those chosen in this
+//     cycle), then the most free space, the least load, the lowest id.
+//   - Reconstruct, when indexes are missing and no whole copy can encode:
+//     Sources are one node for every other index with a good copy on a
+//     healthy node under its limit (in service first, then
+//     decommissioning, then entering maintenance), SourceIndexes what
+//     each holds, D at least or nothing is sent; listed in service
+//     first, by index. Push mode: one command for the missing indexes a
+//     target is found for, run by Sources[0]; pull mode: one command per
+//     index, run by its target. Every source is charged to its limit, for
+//     every command.
+//   - Replicate{Index: i, Sources, Target}: i held only by decommissioning
+//     (or decommissioned) nodes, one to one; then, while good copies are
+//     in maintenance and the rule above is short, the fewest indexes held
+//     only in maintenance, lowest first, from healthy ENTERING_MAINTENANCE
+//     holders (an IN_MAINTENANCE node may be gone any time: not a source).
+//     Mis-replication moves the indexes counted on a rack over the cap,
+//     lowest first, to the rack holding the fewest that stays under it;
+//     the old copy becomes an extra, deleted later.
+//   - Delete{Index: i, Target}: replicas beyond D+P; bad replicas of
+//     indexes with a good copy in service; the copies in service of an
+//     index besides the one counted for the racks (so the one on the
+//     rack holding the most, or the fuller node, goes; never the last)
+//     while none is stale; the whole copy (Index 0, good or bad, on a
+//     node in service or decommissioning) once every index has a good
+//     copy in service. A source of a pending command is not deleted.
+//
+// A decommissioning node stays DECOMMISSIONING while an index it holds
+// has no good copy in service elsewhere (its whole copy: until every
+// index has one); an ENTERING_MAINTENANCE node stays while the
+// maintenance rule is short of indexes in service and its index has no
+// copy in service elsewhere.
+//
 // # Transitions
 //
 //   - DECOMMISSIONING → DECOMMISSIONED: the node is healthy and every
@@ -98,7 +183,8 @@
 // # Scale
 //
 // Nodes are small integers inside a cycle; a replica is 40 bytes and a
-// container 40. Decide is fastest with Containers and Replicas sorted by
+// container 40. EC containers are counted in per-index lists reused from
+// container to container, so Ratis ones pay nothing for them. Decide is fastest with Containers and Replicas sorted by
 // container id (it sorts a copy otherwise). Package sim applies decisions
 // to a State and generates large ones; bench/cmd/rmbench times a cycle at
 // millions of containers.

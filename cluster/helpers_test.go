@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,14 +73,34 @@ func cfg(mods ...func(*cluster.Config)) cluster.Config {
 }
 
 // show writes commands the way the tables expect them: "R 1 a1>b1" for a
-// replicate of container 1 from a1 to b1, "D 1 a2" for a delete.
+// replicate of container 1 from a1 to b1, "D 1 a2" for a delete; with an
+// EC index i, "R 1/i …" and "D 1/i …"; "E 1 a1>1:b1,2:c1" for an encode
+// of a1's whole copy into index 1 on b1 and 2 on c1; "C 1 a1/1,b1/2>3:c1"
+// for a reconstruct of index 3 onto c1 from index 1 on a1 and 2 on b1.
 func show(cmds []cluster.Command) []string {
 	out := []string{}
 	for _, c := range cmds {
-		if c.Kind == cluster.Delete {
-			out = append(out, fmt.Sprintf("D %d %s", c.Container, c.Target))
-		} else {
-			out = append(out, fmt.Sprintf("R %d %s>%s", c.Container, c.Sources[0], c.Target))
+		id := fmt.Sprint(c.Container)
+		if c.Index > 0 {
+			id += fmt.Sprintf("/%d", c.Index)
+		}
+		var onto []string
+		for k, n := range c.Targets {
+			onto = append(onto, fmt.Sprintf("%d:%s", c.Indexes[k], n))
+		}
+		switch c.Kind {
+		case cluster.Delete:
+			out = append(out, fmt.Sprintf("D %s %s", id, c.Target))
+		case cluster.Encode:
+			out = append(out, fmt.Sprintf("E %s %s>%s", id, c.Sources[0], strings.Join(onto, ",")))
+		case cluster.Reconstruct:
+			var from []string
+			for k, n := range c.Sources {
+				from = append(from, fmt.Sprintf("%s/%d", n, c.SourceIndexes[k]))
+			}
+			out = append(out, fmt.Sprintf("C %s %s>%s", id, strings.Join(from, ","), strings.Join(onto, ",")))
+		default:
+			out = append(out, fmt.Sprintf("R %s %s>%s", id, c.Sources[0], c.Target))
 		}
 	}
 	return out

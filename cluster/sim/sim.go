@@ -13,10 +13,12 @@ import (
 )
 
 // Apply carries out d on s: each Replicate adds a CLOSED replica on its
-// target with the checksum of its first source's copy, each Delete removes
-// a replica, each Transition sets a node's state. Pending commands are
-// taken as done (s.Pending is emptied). Replicas stay sorted by container
-// then node.
+// target with the index and checksum of its first source's copy, each
+// Encode and Reconstruct a CLOSED replica of Indexes[k] on Targets[k]
+// with the checksum of its first source's, each Delete removes a replica
+// (of the index it names), each Transition sets a node's state. Pending
+// commands are taken as done (s.Pending is emptied). Replicas stay sorted
+// by container then node.
 func Apply(s *cluster.State, d cluster.Decision) error {
 	for _, c := range d.Commands {
 		switch c.Kind {
@@ -24,12 +26,21 @@ func Apply(s *cluster.State, d cluster.Decision) error {
 			if err := copyReplica(s, c); err != nil {
 				return err
 			}
+		case cluster.Encode, cluster.Reconstruct:
+			if err := makeIndexes(s, c); err != nil {
+				return err
+			}
 		case cluster.Delete:
 			i, ok := find(s.Replicas, c.Container, c.Target)
 			if !ok {
 				return fmt.Errorf("%v: no such replica", c)
 			}
+			if s.Replicas[i].Index != c.Index {
+				return fmt.Errorf("%v: the replica there is index %d", c, s.Replicas[i].Index)
+			}
 			s.Replicas = slices.Delete(s.Replicas, i, i+1)
+		default:
+			return fmt.Errorf("%v: unknown kind", c)
 		}
 	}
 	for _, t := range d.Transitions {
@@ -56,8 +67,46 @@ func copyReplica(s *cluster.State, c cluster.Command) error {
 		return fmt.Errorf("%v: target holds a replica already", c)
 	}
 	r := s.Replicas[src]
+	if r.Index != c.Index {
+		return fmt.Errorf("%v: source holds index %d", c, r.Index)
+	}
 	r.Node, r.State = c.Target, cluster.Closed
 	s.Replicas = slices.Insert(s.Replicas, i, r)
+	return nil
+}
+
+// makeIndexes adds the indexes an Encode or Reconstruct makes. The
+// sources must hold what the command says: an Encode's the whole copy,
+// a Reconstruct's the indexes SourceIndexes lists.
+func makeIndexes(s *cluster.State, c cluster.Command) error {
+	if len(c.Sources) == 0 || len(c.Indexes) != len(c.Targets) {
+		return fmt.Errorf("%v: no source, or not one target per index", c)
+	}
+	want := make([]uint8, len(c.Sources)) // an Encode's source holds index 0
+	if c.Kind == cluster.Reconstruct {
+		if len(c.SourceIndexes) != len(c.Sources) {
+			return fmt.Errorf("%v: not one index per source", c)
+		}
+		want = c.SourceIndexes
+	}
+	var r cluster.Replica
+	for k, n := range c.Sources {
+		i, ok := find(s.Replicas, c.Container, n)
+		if !ok || s.Replicas[i].Index != want[k] {
+			return fmt.Errorf("%v: source %s holds no index %d", c, n, want[k])
+		}
+		if k == 0 {
+			r = s.Replicas[i]
+		}
+	}
+	for k, n := range c.Targets {
+		i, exists := find(s.Replicas, c.Container, n)
+		if exists {
+			return fmt.Errorf("%v: target %s holds a replica already", c, n)
+		}
+		r.Node, r.State, r.Index = n, cluster.Closed, c.Indexes[k]
+		s.Replicas = slices.Insert(s.Replicas, i, r)
+	}
 	return nil
 }
 
@@ -82,12 +131,18 @@ func Sort(replicas []cluster.Replica) {
 	})
 }
 
-// Spec describes a synthetic cluster of replica:3 containers.
+// Spec describes a synthetic cluster of replica:3 containers, and
+// ec:rs-6-3-1024k ones if EC says.
 type Spec struct {
 	Nodes, Racks, Containers int
 	// UnderReplicated is the fraction of containers written with only
-	// two copies.
+	// two copies (EC: eight indexes).
 	UnderReplicated float64
+	// EC is the fraction of containers that are rs-6-3, encoded: their
+	// nine indexes on nine nodes, at most ⌈9/min(9, racks)⌉ on a rack
+	// (none if the nodes cannot hold that). Without it the generator
+	// draws exactly what it drew before.
+	EC float64
 	// Dead nodes, and Decommissioning ones, are the first ones by id.
 	Dead, Decommissioning int
 	Seed                  uint64
@@ -114,13 +169,26 @@ func Generate(spec Spec) cluster.State {
 		}
 		byRack[i%spec.Racks] = append(byRack[i%spec.Racks], i)
 	}
-	repl := cluster.MustReplication("replica:3")
+	// EC needs nine nodes with no rack over its share.
+	room := 0
+	for _, r := range byRack {
+		room += min(len(r), (9+min(9, spec.Racks)-1)/min(9, spec.Racks))
+	}
+	if room < 9 {
+		spec.EC = 0
+	}
+	repl, ec := cluster.MustReplication("replica:3"), cluster.MustReplication("ec:rs-6-3-1024k")
 	s.Containers = make([]cluster.Container, spec.Containers)
 	s.Replicas = make([]cluster.Replica, 0, 3*spec.Containers)
 	var picked [3]int
 	for ci := range s.Containers {
 		id := cluster.ContainerID(ci + 1)
 		s.Containers[ci] = cluster.Container{ID: id, Replication: repl, State: cluster.Closed, Bytes: 5 << 30}
+		if spec.EC > 0 && rng.Float64() < spec.EC {
+			s.Containers[ci].Replication = ec
+			generateEC(&s, rng, spec, byRack, id)
+			continue
+		}
 		copies := 3
 		if rng.Float64() < spec.UnderReplicated {
 			copies = 2
@@ -153,10 +221,41 @@ func Generate(spec Spec) cluster.State {
 	return s
 }
 
+// generateEC places the indexes of EC container id: nine distinct
+// nodes, no rack over its share, index k+1 on the k-th node drawn.
+func generateEC(s *cluster.State, rng *rand.Rand, spec Spec, byRack [][]int, id cluster.ContainerID) {
+	total := 9
+	share := (total + min(total, spec.Racks) - 1) / min(total, spec.Racks)
+	indexes := total
+	if rng.Float64() < spec.UnderReplicated {
+		indexes--
+	}
+	sum := rng.Uint64() | 1
+	perRack := make([]int, spec.Racks)
+	first := len(s.Replicas)
+	var picked []int
+	for k := range indexes {
+		for {
+			r := rng.IntN(spec.Racks)
+			n := byRack[r][rng.IntN(len(byRack[r]))]
+			if perRack[r] >= share || slices.Contains(picked, n) {
+				continue
+			}
+			perRack[r]++
+			picked = append(picked, n)
+			s.Replicas = append(s.Replicas, cluster.Replica{Container: id, Node: s.Nodes[n].ID, Index: uint8(k + 1),
+				State: cluster.Closed, Checksum: sum})
+			break
+		}
+	}
+	slices.SortFunc(s.Replicas[first:], func(a, b cluster.Replica) int { return cmp.Compare(a.Node, b.Node) })
+}
+
 // Count is the floor of any decision cycle, the benchmarks' baseline: one
 // walk over the containers and their replicas (sorted by container, as
 // Generate makes them), counting the replicas of each, with the number
-// of containers that have fewer than their replication asks for.
+// of containers that have fewer than their replication asks for (EC:
+// D+P indexes).
 func Count(s cluster.State) (short int) {
 	r := 0
 	for _, c := range s.Containers {
@@ -168,7 +267,7 @@ func Count(s cluster.State) (short int) {
 			n++
 			r++
 		}
-		if n < int(c.Replication.N) {
+		if n < int(c.Replication.N)+int(c.Replication.Parity) {
 			short++
 		}
 	}

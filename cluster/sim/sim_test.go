@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"fmt"
+	"hash/fnv"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +38,23 @@ func TestApply(t *testing.T) {
 			d: cluster.Decision{Commands: []cluster.Command{{Kind: cluster.Replicate, Container: 1, Sources: []cluster.NodeID{"b"}, Target: "c"}}}},
 		{name: "replicate onto a holder", err: "target holds a replica already",
 			d: cluster.Decision{Commands: []cluster.Command{{Kind: cluster.Replicate, Container: 2, Sources: []cluster.NodeID{"c"}, Target: "c"}}}},
+		{name: "encode adds the indexes with the whole copy's checksum",
+			d: cluster.Decision{Commands: []cluster.Command{{Kind: cluster.Encode, Container: 1, Sources: []cluster.NodeID{"a"},
+				Indexes: []uint8{1, 2}, Targets: []cluster.NodeID{"c", "b"}}}},
+			want: []cluster.Replica{{Container: 1, Node: "a", State: cluster.Closed, Checksum: 9},
+				{Container: 1, Node: "b", Index: 2, State: cluster.Closed, Checksum: 9},
+				{Container: 1, Node: "c", Index: 1, State: cluster.Closed, Checksum: 9},
+				{Container: 2, Node: "c", State: cluster.Closed, Checksum: 8}}},
+		{name: "reconstruct from a source without the index it names", err: "source a holds no index 3",
+			d: cluster.Decision{Commands: []cluster.Command{{Kind: cluster.Reconstruct, Container: 1, Sources: []cluster.NodeID{"a"},
+				SourceIndexes: []uint8{3}, Indexes: []uint8{1}, Targets: []cluster.NodeID{"b"}}}}},
+		{name: "encode onto a holder", err: "target c holds a replica already",
+			d: cluster.Decision{Commands: []cluster.Command{{Kind: cluster.Encode, Container: 2, Sources: []cluster.NodeID{"c"},
+				Indexes: []uint8{1}, Targets: []cluster.NodeID{"c"}}}}},
+		{name: "delete of another index", err: "the replica there is index 0",
+			d: cluster.Decision{Commands: []cluster.Command{{Kind: cluster.Delete, Container: 1, Index: 4, Target: "a"}}}},
+		{name: "copy of another index", err: "source holds index 0",
+			d: cluster.Decision{Commands: []cluster.Command{{Kind: cluster.Replicate, Container: 1, Index: 4, Sources: []cluster.NodeID{"a"}, Target: "b"}}}},
 		{name: "transition from the wrong state", err: "node not in IN_SERVICE",
 			d: cluster.Decision{Transitions: []cluster.Transition{{Node: "b", From: cluster.InService, To: cluster.InMaintenance}}, Commands: nil}},
 	}
@@ -93,5 +112,57 @@ func TestGenerate(t *testing.T) {
 			t.Fatalf("container %d: %d copies on %d racks", s.Replicas[i].Container, j-i, len(racks))
 		}
 		i = j
+	}
+}
+
+// TestGenerateEC: EC containers get their nine indexes (eight when
+// under-replicated) on distinct nodes, no rack over ⌈9/5⌉, and a spec
+// without EC draws what it always drew.
+func TestGenerateEC(t *testing.T) {
+	spec := Spec{Nodes: 30, Racks: 5, Containers: 1000, UnderReplicated: 0.1, Seed: 1, EC: 0.3}
+	s := Generate(spec)
+	rack := map[cluster.NodeID]string{}
+	for _, n := range s.Nodes {
+		rack[n.ID] = n.Rack
+	}
+	ec, short := 0, 0
+	for _, c := range s.Containers {
+		if c.Replication.Type != cluster.EC {
+			continue
+		}
+		ec++
+		nodes, indexes, perRack := map[cluster.NodeID]bool{}, map[uint8]bool{}, map[string]int{}
+		for _, r := range s.Replicas {
+			if r.Container == c.ID {
+				nodes[r.Node], indexes[r.Index] = true, true
+				perRack[rack[r.Node]]++
+			}
+		}
+		if len(nodes) != len(indexes) || len(indexes) < 8 || indexes[0] {
+			t.Fatalf("container %d: %d indexes on %d nodes", c.ID, len(indexes), len(nodes))
+		}
+		if len(indexes) == 8 {
+			short++
+		}
+		for r, n := range perRack {
+			if n > 2 {
+				t.Fatalf("container %d: %d indexes on %s", c.ID, n, r)
+			}
+		}
+	}
+	if ec < 250 || ec > 350 || short < 10 || short > 60 {
+		t.Errorf("%d EC containers, %d short; want about 300 and 30", ec, short)
+	}
+	if Count(s) < 50 {
+		t.Errorf("Count %d: want the short EC and Ratis ones", Count(s))
+	}
+	// The digest of what Generate drew for this spec before it knew EC.
+	old := Generate(Spec{Nodes: 30, Racks: 5, Containers: 1000, UnderReplicated: 0.1, Dead: 2, Decommissioning: 1, Seed: 1})
+	h := fnv.New64a()
+	for _, r := range old.Replicas {
+		fmt.Fprint(h, r)
+	}
+	if got := h.Sum64(); got != 0xa53a904a2a0767f1 {
+		t.Errorf("a spec without EC draws something else: digest %#x", got)
 	}
 }

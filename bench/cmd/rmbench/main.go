@@ -3,9 +3,11 @@
 // 100k, 1M and 3M replica:3 containers — 1% under-replicated, 5 dead
 // nodes, one decommissioning — against the floor any cycle pays: one
 // walk over the same containers counting their replicas (sim.Count),
-// timed in the same run. It prints the machine and a table:
+// timed in the same run. With -ec F, a fraction F of the containers are
+// ec:rs-6-3-1024k instead, encoded (nine indexes; 1% with eight). It
+// prints the machine and a table:
 //
-//	go run ./bench/cmd/rmbench [-sizes 100000,1000000,3000000] [-reps 3]
+//	go run ./bench/cmd/rmbench [-sizes 100000,1000000,3000000] [-reps 3] [-ec 0]
 //
 // Per size: the best of -reps cycles, the baseline's best, their ratio
 // (baseline÷decide: ≥ 1 would mean Decide is as fast as counting), the
@@ -35,10 +37,14 @@ func main() {
 	reps := flag.Int("reps", 3, "timed cycles per size (the table shows the best)")
 	nodes := flag.Int("nodes", 1000, "nodes")
 	racks := flag.Int("racks", 20, "racks")
+	ec := flag.Float64("ec", 0, "fraction of the containers that are ec:rs-6-3-1024k")
 	flag.Parse()
 	ns, err := parseSizes(*sizes)
 	if err == nil && (*reps < 1 || *nodes < 3 || *racks < 1 || *racks > *nodes) {
 		err = fmt.Errorf("want -reps ≥ 1, -nodes ≥ 3, 1 ≤ -racks ≤ -nodes")
+	}
+	if err == nil && (*ec < 0 || *ec > 1 || *ec > 0 && *nodes < 9) {
+		err = fmt.Errorf("-ec %v: want a fraction from 0 to 1, and 9 nodes or more", *ec)
 	}
 	if err != nil || flag.NArg() > 0 {
 		if err == nil {
@@ -47,7 +53,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "rmbench:", err)
 		os.Exit(2)
 	}
-	if err := run(os.Stdout, os.Stderr, ns, *reps, *nodes, *racks); err != nil {
+	if err := run(os.Stdout, os.Stderr, ns, *reps, *nodes, *racks, *ec); err != nil {
 		fmt.Fprintln(os.Stderr, "rmbench:", err)
 		os.Exit(1)
 	}
@@ -72,7 +78,7 @@ type result struct {
 	stateBytes, allocs   uint64
 }
 
-func run(stdout, stderr io.Writer, sizes []int, reps, nodes, racks int) error {
+func run(stdout, stderr io.Writer, sizes []int, reps, nodes, racks int, ec float64) error {
 	cwd, _ := os.Getwd()
 	machine := bench.Describe(cwd)
 	fmt.Fprintf(stdout, "replication manager benchmark, %s\n\n", time.Now().Format(time.RFC3339))
@@ -80,13 +86,17 @@ func run(stdout, stderr io.Writer, sizes []int, reps, nodes, racks int) error {
 		fmt.Fprintln(stdout, "  "+l)
 	}
 	fmt.Fprintf(stdout, "  %s, GOMAXPROCS %d\n", runtime.Version(), runtime.GOMAXPROCS(0))
-	fmt.Fprintf(stdout, "  %d nodes on %d racks; replica:3, 1%% under-replicated, 5 dead nodes, 1 decommissioning; best of %d cycle(s)\n\n",
-		nodes, racks, reps)
+	kinds := "replica:3"
+	if ec > 0 {
+		kinds = fmt.Sprintf("%.0f%% ec:rs-6-3-1024k, the rest replica:3", 100*ec)
+	}
+	fmt.Fprintf(stdout, "  %d nodes on %d racks; %s, 1%% under-replicated, 5 dead nodes, 1 decommissioning; best of %d cycle(s)\n\n",
+		nodes, racks, kinds, reps)
 	var results []result
 	for _, n := range sizes {
 		fmt.Fprintf(stderr, "%d containers: generating...\n", n)
 		r, err := measure(sim.Spec{Nodes: nodes, Racks: racks, Containers: n, UnderReplicated: 0.01, Dead: 5,
-			Decommissioning: 1, Seed: 1}, reps)
+			Decommissioning: 1, EC: ec, Seed: 1}, reps)
 		if err != nil {
 			return fmt.Errorf("%d containers: %w", n, err)
 		}
