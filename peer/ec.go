@@ -20,7 +20,7 @@ type ECStore interface {
 	Reconstruct(ctx context.Context, spec container.ReconstructSpec) (*container.Staged, error)
 	ReadCells(id uint64, first, n int64) ([]byte, int, error)
 	ECInfo(id uint64) (container.ECInfo, error)
-	LocateBlock(id uint64, b container.BlockID) (int64, error)
+	LocateBlock(id uint64, b container.BlockID) (off, size int64, err error)
 	OpenMeta(id uint64) (io.ReadCloser, int64, error)
 	Delete(id uint64) error
 }
@@ -187,7 +187,7 @@ func (s *Server) Reconstruct(ctx context.Context, id uint64, sources, targets []
 		return fmt.Errorf("reconstruct container %d: %w", id, err)
 	}
 	defer meta.Close()
-	spec := container.ReconstructSpec{ID: id, Source: desc, Meta: meta, Src: src, Avail: avail}
+	spec := container.ReconstructSpec{ID: id, Descriptor: desc, Meta: meta, Src: src, Avail: avail}
 	for _, t := range targets {
 		spec.Indexes = append(spec.Indexes, t.Index)
 	}
@@ -337,9 +337,9 @@ func (s *Server) Locate(ctx context.Context, req *containerpb.LocateRequest) (*c
 		if d.ReplicaIndex == 0 || d.State != container.Closed || !strings.HasPrefix(d.Replication, "ec:") {
 			continue
 		}
-		if off, err := es.LocateBlock(d.ID, b); err == nil {
+		if off, size, err := es.LocateBlock(d.ID, b); err == nil {
 			resp.Locations = append(resp.Locations, &containerpb.BlockLocation{
-				ContainerId: d.ID, Replication: d.Replication, Offset: off, Size: b.Size,
+				ContainerId: d.ID, Replication: d.Replication, Offset: off, Size: size,
 			})
 		}
 	}
@@ -467,7 +467,7 @@ func (c *Client) ECInfo(ctx context.Context, id uint64) (container.ECInfo, error
 }
 
 // maxCells bounds what one ReadCells answer may hold, as the node does.
-const maxCells = 64 << 20
+const maxCells = container.MaxReadCells
 
 // ReadCells returns cells first…first+n-1 of the node's index replica of
 // container id, back to back, and the index they are of.
