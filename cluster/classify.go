@@ -73,8 +73,12 @@ type topo struct {
 	usable []bool // rack has a healthy in-service node
 	// nUsable counts the usable racks
 	nUsable int
-	// targets are the healthy in-service nodes.
-	targets []int32
+	// targets are the healthy in-service nodes; rackRoom counts them by
+	// rack.
+	targets  []int32
+	rackRoom []int
+	// caps caches ecCap by indexes per container.
+	caps map[int]int
 }
 
 func newTopo(nodes []Node) (*topo, error) {
@@ -102,6 +106,7 @@ func newTopo(nodes []Node) (*topo, error) {
 			r = int32(len(rackIdx))
 			rackIdx[n.Rack] = r
 			t.usable = append(t.usable, false)
+			t.rackRoom = append(t.rackRoom, 0)
 		}
 		t.rack[i] = r
 		if n.Health == Healthy && n.OpState == InService {
@@ -109,6 +114,7 @@ func newTopo(nodes []Node) (*topo, error) {
 				t.nUsable++
 			}
 			t.usable[r] = true
+			t.rackRoom[r]++
 			t.targets = append(t.targets, int32(i))
 		}
 	}
@@ -400,4 +406,35 @@ func (t *topo) reference(c *Container, reps []Replica, at []int32) (ref uint64, 
 		return 0, false
 	}
 	return sums[best].v, tie
+}
+
+// ecCap is the most indexes of a container of total indexes a rack
+// should hold: ⌈total/racks⌉ over the usable racks (at most total), or
+// more when some racks have too few healthy in-service nodes for that
+// (nodes down): the fewest per rack that still lets every index have a
+// node of its own. 0: no usable rack.
+func (t *topo) ecCap(total int) int {
+	if t.nUsable == 0 || total <= 0 {
+		return 0
+	}
+	if c, ok := t.caps[total]; ok {
+		return c
+	}
+	racks := min(total, t.nUsable)
+	m := (total + racks - 1) / racks
+	for {
+		sum, most := 0, 0
+		for _, n := range t.rackRoom {
+			sum, most = sum+min(m, n), max(most, n)
+		}
+		if sum >= total || m >= most {
+			break
+		}
+		m++
+	}
+	if t.caps == nil {
+		t.caps = make(map[int]int)
+	}
+	t.caps[total] = m
+	return m
 }

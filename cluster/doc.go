@@ -111,8 +111,11 @@
 //     or coming; or, while good copies are in maintenance, fewer than
 //     min(D+P, D+MaintenanceRemainingRedundancy) distinct indexes are in
 //     service, stale or coming.
-//   - MIS_REPLICATED: a rack holds more than ⌈(D+P) / min(D+P, usable
-//     racks)⌉ indexes, counting one copy per index: its only copy in
+//   - MIS_REPLICATED: a rack holds more than the cap: ⌈(D+P) / min(D+P,
+//     usable racks)⌉ indexes, raised as far as needed when some racks
+//     have too few healthy in-service nodes for every index to have a
+//     node of its own within it (a small rack's node down must not ask
+//     for a placement no one could make); counting one copy per index: its only copy in
 //     service or coming, or of several the one on the rack holding the
 //     fewest so far (in service before coming, then the node with the
 //     most free space).

@@ -367,9 +367,7 @@ func (t *topo) spread(a *analysis) {
 	}
 	a.Racks = racks
 	a.WantRacks = min(e.total, t.nUsable)
-	if a.WantRacks > 0 {
-		e.cap = (e.total + a.WantRacks - 1) / a.WantRacks
-	}
+	e.cap = t.ecCap(e.total)
 }
 
 // overReplicated: an index has an extra copy in service and none stale,

@@ -193,6 +193,7 @@ type containerInfo struct {
 	DescriptorChecksum string `json:"descriptor_checksum"`
 	ContainerChecksum  string `json:"container_checksum"`
 	Replication        string `json:"replication"`
+	ReplicaIndex       int    `json:"replica_index"`
 }
 
 // list returns the node's containers.

@@ -28,6 +28,7 @@ func descToPB(d container.Descriptor) *containerpb.Descriptor {
 		Chunks:             int32(d.Chunks),
 		MetadataBytes:      d.MetadataBytes,
 		MetadataChecksum:   d.MetadataChecksum,
+		LayoutVersion:      int32(d.LayoutVersion),
 	}
 }
 
@@ -49,6 +50,7 @@ func descFromPB(p *containerpb.Descriptor) container.Descriptor {
 		Chunks:             int(p.Chunks),
 		MetadataBytes:      p.MetadataBytes,
 		MetadataChecksum:   p.MetadataChecksum,
+		LayoutVersion:      int(p.LayoutVersion),
 	}
 	if p.State != containerpb.State_STATE_UNSPECIFIED {
 		d.State = container.State(p.State.String())

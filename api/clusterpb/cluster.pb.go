@@ -1010,13 +1010,15 @@ func (x *ReplicaInfo) GetChecksum() uint64 {
 }
 
 type ContainerInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Replication   string                 `protobuf:"bytes,2,opt,name=replication,proto3" json:"replication,omitempty"`
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	Class         string                 `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
-	Bytes         int64                  `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
-	Replicas      []*ReplicaInfo         `protobuf:"bytes,6,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Replication string                 `protobuf:"bytes,2,opt,name=replication,proto3" json:"replication,omitempty"`
+	State       string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Class       string                 `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
+	Bytes       int64                  `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Replicas    []*ReplicaInfo         `protobuf:"bytes,6,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// reason says why an UNRECOVERABLE or UNMANAGED container is left alone.
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1091,6 +1093,13 @@ func (x *ContainerInfo) GetReplicas() []*ReplicaInfo {
 		return x.Replicas
 	}
 	return nil
+}
+
+func (x *ContainerInfo) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type ContainersResponse struct {
@@ -1467,14 +1476,15 @@ const file_cluster_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1a\n" +
-	"\bchecksum\x18\x04 \x01(\x04R\bchecksum\"\xbd\x01\n" +
+	"\bchecksum\x18\x04 \x01(\x04R\bchecksum\"\xd5\x01\n" +
 	"\rContainerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12 \n" +
 	"\vreplication\x18\x02 \x01(\tR\vreplication\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x14\n" +
 	"\x05class\x18\x04 \x01(\tR\x05class\x12\x14\n" +
 	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\x128\n" +
-	"\breplicas\x18\x06 \x03(\v2\x1c.cmfs.cluster.v1.ReplicaInfoR\breplicas\"T\n" +
+	"\breplicas\x18\x06 \x03(\v2\x1c.cmfs.cluster.v1.ReplicaInfoR\breplicas\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"T\n" +
 	"\x12ContainersResponse\x12>\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x1e.cmfs.cluster.v1.ContainerInfoR\n" +

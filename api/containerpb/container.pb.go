@@ -185,8 +185,10 @@ type Descriptor struct {
 	Chunks           int32  `protobuf:"varint,13,opt,name=chunks,proto3" json:"chunks,omitempty"`
 	MetadataBytes    int64  `protobuf:"varint,14,opt,name=metadata_bytes,json=metadataBytes,proto3" json:"metadata_bytes,omitempty"`
 	MetadataChecksum string `protobuf:"bytes,15,opt,name=metadata_checksum,json=metadataChecksum,proto3" json:"metadata_checksum,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// layout_version is the on-disk format's (1).
+	LayoutVersion int32 `protobuf:"varint,16,opt,name=layout_version,json=layoutVersion,proto3" json:"layout_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Descriptor) Reset() {
@@ -322,6 +324,13 @@ func (x *Descriptor) GetMetadataChecksum() string {
 		return x.MetadataChecksum
 	}
 	return ""
+}
+
+func (x *Descriptor) GetLayoutVersion() int32 {
+	if x != nil {
+		return x.LayoutVersion
+	}
+	return 0
 }
 
 // BlockID addresses a block by content.
@@ -1741,7 +1750,7 @@ var File_container_proto protoreflect.FileDescriptor
 
 const file_container_proto_rawDesc = "" +
 	"\n" +
-	"\x0fcontainer.proto\x12\x11cmfs.container.v1\"\x91\x04\n" +
+	"\x0fcontainer.proto\x12\x11cmfs.container.v1\"\xb8\x04\n" +
 	"\n" +
 	"Descriptor\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12.\n" +
@@ -1759,7 +1768,8 @@ const file_container_proto_rawDesc = "" +
 	"\x06reason\x18\f \x01(\tR\x06reason\x12\x16\n" +
 	"\x06chunks\x18\r \x01(\x05R\x06chunks\x12%\n" +
 	"\x0emetadata_bytes\x18\x0e \x01(\x03R\rmetadataBytes\x12+\n" +
-	"\x11metadata_checksum\x18\x0f \x01(\tR\x10metadataChecksum\"/\n" +
+	"\x11metadata_checksum\x18\x0f \x01(\tR\x10metadataChecksum\x12%\n" +
+	"\x0elayout_version\x18\x10 \x01(\x05R\rlayoutVersion\"/\n" +
 	"\aBlockID\x12\x10\n" +
 	"\x03sum\x18\x01 \x01(\x06R\x03sum\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\"V\n" +

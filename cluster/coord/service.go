@@ -240,7 +240,7 @@ func (s *Service) Containers(ctx context.Context, _ *clusterpb.ContainersRequest
 	for _, c := range cs {
 		pb := &clusterpb.ContainerInfo{
 			Id: uint64(c.ID), Replication: c.Replication.String(), State: c.State.String(),
-			Class: c.Class.String(), Bytes: c.Bytes,
+			Class: c.Class.String(), Bytes: c.Bytes, Reason: c.Reason,
 		}
 		for _, r := range c.Replicas {
 			pb.Replicas = append(pb.Replicas, &clusterpb.ReplicaInfo{Node: string(r.Node), Index: uint32(r.Index), State: r.State.String(), Checksum: r.Checksum})

@@ -180,6 +180,7 @@ type clusterContainerJSON struct {
 	Replication string        `json:"replication"`
 	State       string        `json:"state"`
 	Class       string        `json:"class"`
+	Reason      string        `json:"reason,omitempty"`
 	Bytes       int64         `json:"bytes"`
 	Replicas    []replicaJSON `json:"replicas"`
 }
@@ -196,7 +197,7 @@ func runAdminContainers(ctx context.Context, g *globalOptions, opts *adminOption
 	}
 	out := make([]clusterContainerJSON, 0, len(resp.Containers))
 	for _, ct := range resp.Containers {
-		j := clusterContainerJSON{ID: ct.Id, Replication: ct.Replication, State: ct.State, Class: ct.Class, Bytes: ct.Bytes, Replicas: []replicaJSON{}}
+		j := clusterContainerJSON{ID: ct.Id, Replication: ct.Replication, State: ct.State, Class: ct.Class, Reason: ct.Reason, Bytes: ct.Bytes, Replicas: []replicaJSON{}}
 		for _, r := range ct.Replicas {
 			j.Replicas = append(j.Replicas, replicaJSON{Node: r.Node, Index: int(r.Index), State: r.State})
 		}
@@ -218,7 +219,11 @@ func runAdminContainers(ctx context.Context, g *globalOptions, opts *adminOption
 			}
 			reps = append(reps, s)
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", ct.ID, ct.Replication, ct.State, ct.Class, strings.Join(reps, " "))
+		class := ct.Class
+		if ct.Reason != "" {
+			class += " (" + ct.Reason + ")"
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", ct.ID, ct.Replication, ct.State, class, strings.Join(reps, " "))
 	}
 	return w.Flush()
 }
