@@ -8,9 +8,13 @@ import (
 	"github.com/klauspost/reedsolomon"
 )
 
-// batchBytes bounds what one index holds in memory in a batch of
-// stripes: (D+P)*batchBytes in all, 36 MiB for rs-6-3.
-const batchBytes = 4 << 20
+// defaultBatchBytes bounds what one index holds in memory in a batch of
+// stripes: (D+P)*defaultBatchBytes in all, 36 MiB for rs-6-3.
+const defaultBatchBytes = 4 << 20
+
+// batchBytes is defaultBatchBytes but in tests, which shrink it to
+// cross batch boundaries with small containers.
+var batchBytes int64 = defaultBatchBytes
 
 // batchStripes is how many stripes a batch holds.
 func (sc Scheme) batchStripes() int64 { return max(1, batchBytes/int64(sc.Cell)) }
