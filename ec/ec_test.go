@@ -580,3 +580,41 @@ func TestReaderConcurrent(t *testing.T) {
 		t.Fatal("index 2 corrupt: no degraded read")
 	}
 }
+
+// ctxSource fails every read whose context is done, as a remote
+// source would.
+type ctxSource struct{ CellSource }
+
+func (c ctxSource) ReadCells(ctx context.Context, index int, first, n int64) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return c.CellSource.ReadCells(ctx, index, first, n)
+}
+
+// TestReaderCancelKeepsIndexes: reads cut short by the caller do not
+// drop the indexes they were reading.
+func TestReaderCancelKeepsIndexes(t *testing.T) {
+	sc := Scheme{Data: 3, Parity: 2, Cell: 1 << 10}
+	l := Layout{Scheme: sc, Size: 20 * sc.StripeBytes()}
+	data := randomBytes(4, l.Size)
+	files, tab := encodeAll(t, l, data)
+	r := NewReader(l, tab, ctxSource{newMemSource(l, files)}, seq(1, sc.Total()))
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	p := make([]byte, l.Size)
+	if _, err := r.ReadAt(cancelled, p, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("read with a cancelled context: %v, want context.Canceled", err)
+	}
+	if n, err := r.ReadAt(context.Background(), p, 0); n != len(p) || err != nil || !bytes.Equal(p, data) {
+		t.Fatalf("read after: %d, %v", n, err)
+	}
+	if r.Degraded() != 0 {
+		t.Fatalf("Degraded() %d after a cancelled read: indexes were dropped", r.Degraded())
+	}
+	var w bytes.Buffer
+	err := Reconstruct(cancelled, l, tab, ctxSource{newMemSource(l, files)}, seq(1, 4), []int{5}, []io.Writer{&w})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("reconstruct with a cancelled context: %v", err)
+	}
+}

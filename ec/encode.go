@@ -39,9 +39,17 @@ func newBatch(l Layout) *batch {
 	b := &batch{l: l, cells: make([][]byte, l.Total())}
 	k := min(l.batchStripes(), max(1, l.Stripes()))
 	for i := range b.cells {
-		b.cells[i] = make([]byte, k*int64(l.Cell))
+		b.cells[i] = getBuf(k * int64(l.Cell))
 	}
 	return b
+}
+
+// free gives the batch's buffers back.
+func (b *batch) free() {
+	for i, c := range b.cells {
+		putBuf(c)
+		b.cells[i] = nil
+	}
 }
 
 // at moves the batch to the stripes from first on.
@@ -75,6 +83,7 @@ func Encode(l Layout, r io.Reader, w []io.Writer) (Table, error) {
 	}
 	t := NewTable(l)
 	b := newBatch(l)
+	defer b.free()
 	shards := make([][]byte, l.Total())
 	for first := int64(0); first < l.Stripes(); first += b.n {
 		b.at(first)
@@ -97,11 +106,11 @@ func Encode(l Layout, r io.Reader, w []io.Writer) (Table, error) {
 		if err := rs.Encode(shards); err != nil {
 			return Table{}, fmt.Errorf("encode: stripes %d…%d: %w", first, first+b.n-1, err)
 		}
-		for j := range b.n {
-			for i := 1; i <= l.Total(); i++ {
-				t.set(first+j, i, xxhash.Sum64(b.cell(j, i)))
+		parallel(l.Total(), 0, func(k int) {
+			for j := range b.n {
+				t.set(first+j, k+1, xxhash.Sum64(b.cell(j, k+1)))
 			}
-		}
+		})
 		for i, wi := range w {
 			if wi == nil {
 				continue
