@@ -11,7 +11,7 @@ import (
 )
 
 // defaultBatchBytes bounds what one index holds in memory in a batch of
-// stripes: (D+P)*defaultBatchBytes in all, 36 MiB for rs-6-3.
+// stripes: (D+P)*defaultBatchBytes a batch, 36 MiB for rs-6-3.
 const defaultBatchBytes = 4 << 20
 
 // batchBytes is defaultBatchBytes but in tests, which shrink it to

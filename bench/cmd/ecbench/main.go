@@ -7,9 +7,10 @@
 //   - encode: ec.Encode (streaming from an io.Reader, batch by batch,
 //     every cell checksummed, all D+P indexes written to io.Writers)
 //     against reedsolomon's own encoders on the same bytes split into D
-//     shards: its StreamEncoder (io.Readers of the D shards in, the P
-//     parity shards out: copies as ec does, no checksums) and its Encode
-//     in place (no copy at all: the floor). Target ≥ 0.8× the stream.
+//     shards: its StreamEncoder (io.Readers of the D shards in, a copy
+//     as ec's; no checksums) and its Encode in place (no copy at all:
+//     the floor). Target ≥ 0.8× the stream. Timed outputs go to
+//     io.Discard, ec's and the stream's alike.
 //   - reconstruct: ec.Reconstruct of min(3, P) lost data indexes from D
 //     others through a CellSource, every cell read and rebuilt checked,
 //     against reedsolomon's stream Reconstruct and in-place Reconstruct
@@ -114,7 +115,8 @@ func run(stdout, stderr io.Writer, size int64, scs []ec.Scheme, reps int) error 
 		}
 	}
 	legend := codec.Legend() + " rs-stream: reedsolomon's StreamEncoder over the same bytes split into D shards " +
-		"(it copies in and out as ec does, checksums nothing, and is handed its shards already split); " +
+		"(it copies its input in from io.Readers as ec does, is handed its shards already split and checksums " +
+		"nothing; every timed output, ec's and the stream's, goes to io.Discard); " +
 		"rs-inplace: reedsolomon's Encode and Reconstruct of those shards in memory, no copy: the floor. " +
 		"degraded÷healthy: the same ec.Reader reading everything, data index 1 lost or not. " +
 		"MB/s of the container's logical bytes throughout."
