@@ -56,6 +56,7 @@ bench: build bench-deps
 	$(GO) run ./bench/cmd/replbench
 	$(GO) run ./bench/cmd/containerbench --replicad bin/replicad
 	$(GO) run ./bench/cmd/rmbench
+	$(GO) run ./bench/cmd/ecbench
 
 # What the benchmarks compare with and the machine may lack: rsync (for
 # containerbench's report row). Installed once; if it cannot be, the row

@@ -102,11 +102,13 @@ func TestEncodeLayout(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				shards := make([][]byte, sc.Total())
+				for i := range shards {
+					shards[i] = make([]byte, sc.Cell)
+				}
 				for st := range l.Stripes() {
-					shards := make([][]byte, sc.Total())
 					for i := range shards {
-						shards[i] = make([]byte, sc.Cell)
-						copy(shards[i], files[i][st*int64(sc.Cell):][:l.CellLen(st, i+1)])
+						clear(shards[i][copy(shards[i], files[i][st*int64(sc.Cell):][:l.CellLen(st, i+1)]):])
 					}
 					if ok, err := rs.Verify(shards); !ok || err != nil {
 						t.Fatalf("stripe %d: not a reedsolomon codeword (%v)", st, err)
@@ -151,7 +153,7 @@ func TestReconstructEveryLoss(t *testing.T) {
 				if sc.Total() > 9 || sc.Cell > 64<<10 || big {
 					r := rand.New(rand.NewPCG(uint64(size), 7))
 					r.Shuffle(len(losses), func(a, b int) { losses[a], losses[b] = losses[b], losses[a] })
-					losses = losses[:12]
+					losses = losses[:4]
 					// Always the worst: the first P data indexes.
 					losses = append(losses, seq(1, sc.Parity))
 				}
@@ -181,6 +183,52 @@ func TestReconstructEveryLoss(t *testing.T) {
 	}
 }
 
+// TestFullBatches crosses a batch boundary of the real size with
+// rs-6-3-1024k: 4 stripes of 6 MiB a batch.
+func TestFullBatches(t *testing.T) {
+	withBatch(t, defaultBatchBytes)
+	sc := DefaultScheme
+	if sc.batchStripes() != 4 {
+		t.Fatalf("%d stripes a batch, want 4", sc.batchStripes())
+	}
+	l := Layout{Scheme: sc, Size: 4*sc.StripeBytes() + 3*int64(sc.Cell) + 1}
+	data := randomBytes(11, l.Size)
+	files, tab := encodeAll(t, l, data)
+	src := newMemSource(l, files)
+	lost := []int{1, 4, 8}
+	for _, i := range lost {
+		src.lose(i)
+	}
+	got, err := reconstruct(l, tab, src, without(sc.Total(), lost), lost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, i := range lost {
+		if !bytes.Equal(got[k], files[i-1]) {
+			t.Fatalf("index %d rebuilt as %d bytes that differ from its %d", i, len(got[k]), len(files[i-1]))
+		}
+	}
+	reads := 0
+	for _, i := range without(sc.Total(), lost) {
+		reads += src.reads(i)
+	}
+	if reads != 2*sc.Data {
+		t.Fatalf("%d reads of cells, want D for each of the 2 batches: %d", reads, 2*sc.Data)
+	}
+	r := NewReader(l, tab, src, without(sc.Total(), nil))
+	off := 3*sc.StripeBytes() + 100
+	p := make([]byte, l.Size-off)
+	if n, err := r.ReadAt(context.Background(), p, off); n != len(p) || err != nil {
+		t.Fatalf("read across the batch boundary: %d, %v", n, err)
+	}
+	if !bytes.Equal(p, data[off:]) {
+		t.Fatal("degraded read across the batch boundary: bytes differ")
+	}
+	if r.Degraded() != 2 {
+		t.Fatalf("Degraded() %d, want 2 stripes", r.Degraded())
+	}
+}
+
 func seq(from, to int) []int {
 	var s []int
 	for i := from; i <= to; i++ {
@@ -196,21 +244,23 @@ func seq(from, to int) []int {
 func TestReconstructBadCells(t *testing.T) {
 	sc := Scheme{Data: 3, Parity: 2, Cell: 1 << 10}
 	l := Layout{Scheme: sc, Size: 3*sc.batchStripes()*sc.StripeBytes() + 100}
-	last := l.Stripes() - 1
+	last, mid := l.Stripes()-1, l.Stripes()/2
 	tests := []struct {
 		name    string
 		lost    []int            // read fails
 		flipped map[int][2]int64 // index → {stripe, byte in cell}
 		missing []int
 		ok      bool
+		wrote   int64 // stripes written before the failure
 	}{
 		{name: "one flipped", flipped: map[int][2]int64{2: {5, 17}}, missing: []int{1}, ok: true},
 		{name: "flipped in the last stripe", flipped: map[int][2]int64{4: {last, 0}}, missing: []int{5}, ok: true},
 		{name: "lost and flipped", lost: []int{3}, flipped: map[int][2]int64{2: {0, 0}}, missing: []int{1}, ok: false},
-		{name: "flipped and missing P", flipped: map[int][2]int64{1: {9000, 3}}, missing: []int{2}, ok: true},
-		{name: "two flipped, one missing", flipped: map[int][2]int64{1: {9000, 3}, 4: {2, 2}}, missing: []int{2}, ok: false},
+		{name: "flipped and missing P", flipped: map[int][2]int64{1: {mid, 3}}, missing: []int{2}, ok: true},
+		{name: "two flipped, one missing", flipped: map[int][2]int64{1: {mid, 3}, 4: {2, 2}}, missing: []int{2}, ok: false,
+			wrote: sc.batchStripes()},
 		{name: "P missing, one flipped in the second batch", flipped: map[int][2]int64{3: {sc.batchStripes() + 1, 1000}},
-			missing: []int{1, 5}, ok: false},
+			missing: []int{1, 5}, ok: false, wrote: sc.batchStripes()},
 	}
 	data := randomBytes(3, l.Size)
 	files, tab := encodeAll(t, l, data)
@@ -239,6 +289,9 @@ func TestReconstructBadCells(t *testing.T) {
 				// the true index.
 				if !bytes.HasPrefix(files[i-1], got[k]) {
 					t.Fatalf("index %d: %d bytes written that are not the index's", i, len(got[k]))
+				}
+				if want := tt.wrote * int64(sc.Cell); !tt.ok && int64(len(got[k])) != want {
+					t.Fatalf("index %d: %d bytes written before the failure, want %d", i, len(got[k]), want)
 				}
 			}
 			if !tt.ok && strings.Contains(err.Error(), "\n") {
@@ -292,9 +345,9 @@ func TestReconstructRefuses(t *testing.T) {
 
 func TestReader(t *testing.T) {
 	for _, sc := range testSchemes {
-		size := 5*sc.StripeBytes() + int64(sc.Cell)/3 + 1
+		size, reads := 3*sc.StripeBytes()+int64(sc.Cell)/3+1, 20
 		if sc.Cell < 64<<10 {
-			size = sc.batchStripes()*sc.StripeBytes() + 3*int64(sc.Cell) + 11
+			size, reads = 3*sc.batchStripes()*sc.StripeBytes()+3*int64(sc.Cell)+11, 50
 		}
 		l := Layout{Scheme: sc, Size: size}
 		data := randomBytes(uint64(sc.Data), size)
@@ -334,9 +387,9 @@ func TestReader(t *testing.T) {
 				}
 				rng := rand.New(rand.NewPCG(uint64(size), 1))
 				sawTooFew := false
-				for k := range 60 {
+				for k := range reads {
 					off := rng.Int64N(size + 10)
-					n := rng.Int64N(min(size, 3*sc.StripeBytes()) + 1)
+					n := rng.Int64N(min(size, 2*sc.StripeBytes()) + 1)
 					switch k {
 					case 0:
 						off, n = 0, size // all of it
@@ -490,5 +543,78 @@ func TestTableMarshal(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestReaderConcurrent reads from several goroutines at once, one data
+// index lost, so that the race detector sees the shared state.
+func TestReaderConcurrent(t *testing.T) {
+	sc := Scheme{Data: 3, Parity: 2, Cell: 1 << 10}
+	l := Layout{Scheme: sc, Size: 40*sc.StripeBytes() + 77}
+	data := randomBytes(8, l.Size)
+	files, tab := encodeAll(t, l, data)
+	src := newMemSource(l, files)
+	src.flip(2, 7, 5)
+	r := NewReader(l, tab, src, seq(1, sc.Total()))
+	errs := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 2))
+			for range 50 {
+				off := rng.Int64N(l.Size)
+				p := make([]byte, rng.Int64N(l.Size-off)+1)
+				if n, err := r.ReadAt(context.Background(), p, off); n != len(p) || err != nil || !bytes.Equal(p, data[off:][:n]) {
+					errs <- fmt.Errorf("read %d at %d: %d, %v (bytes equal: %v)", len(p), off, n, err, bytes.Equal(p[:n], data[off:][:n]))
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r.Degraded() == 0 {
+		t.Fatal("index 2 corrupt: no degraded read")
+	}
+}
+
+// ctxSource fails every read whose context is done, as a remote
+// source would.
+type ctxSource struct{ CellSource }
+
+func (c ctxSource) ReadCells(ctx context.Context, index int, first, n int64) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return c.CellSource.ReadCells(ctx, index, first, n)
+}
+
+// TestReaderCancelKeepsIndexes: reads cut short by the caller do not
+// drop the indexes they were reading.
+func TestReaderCancelKeepsIndexes(t *testing.T) {
+	sc := Scheme{Data: 3, Parity: 2, Cell: 1 << 10}
+	l := Layout{Scheme: sc, Size: 20 * sc.StripeBytes()}
+	data := randomBytes(4, l.Size)
+	files, tab := encodeAll(t, l, data)
+	r := NewReader(l, tab, ctxSource{newMemSource(l, files)}, seq(1, sc.Total()))
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	p := make([]byte, l.Size)
+	if _, err := r.ReadAt(cancelled, p, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("read with a cancelled context: %v, want context.Canceled", err)
+	}
+	if n, err := r.ReadAt(context.Background(), p, 0); n != len(p) || err != nil || !bytes.Equal(p, data) {
+		t.Fatalf("read after: %d, %v", n, err)
+	}
+	if r.Degraded() != 0 {
+		t.Fatalf("Degraded() %d after a cancelled read: indexes were dropped", r.Degraded())
+	}
+	var w bytes.Buffer
+	err := Reconstruct(cancelled, l, tab, ctxSource{newMemSource(l, files)}, seq(1, 4), []int{5}, []io.Writer{&w})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("reconstruct with a cancelled context: %v", err)
 	}
 }

@@ -2,7 +2,6 @@ package ec
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sync/atomic"
@@ -88,26 +87,34 @@ func (r *Reader) read(ctx context.Context, dst []byte, pos, first, n int64) erro
 	end := pos + int64(len(dst))
 	spans := make([]span, l.Data+1)
 	runs := make(map[int][]byte, l.Data)
-	var bad []int
+	var bad, read []int
 	worst := span{first + n, first}
 	for i := 1; i <= l.Data; i++ {
-		sp := r.span(i, pos, end, first, n)
-		spans[i] = sp
-		if sp.first >= sp.end {
-			continue
-		}
-		if s.usable(i) {
-			run, err := s.fetch(ctx, i, sp.first, sp.end-sp.first)
-			if err == nil {
-				runs[i] = run
-				continue
-			}
-			if ctx.Err() != nil {
-				return errors.Join(ctx.Err(), err)
+		spans[i] = r.span(i, pos, end, first, n)
+		if sp := spans[i]; sp.first < sp.end {
+			if s.usable(i) {
+				read = append(read, i)
+			} else {
+				bad = append(bad, i)
 			}
 		}
-		bad = append(bad, i)
-		worst = span{min(worst.first, sp.first), max(worst.end, sp.end)}
+	}
+	got := s.fetchAll(ctx, read, func(k int) (int64, int64) {
+		sp := spans[read[k]]
+		return sp.first, sp.end - sp.first
+	})
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for k, i := range read {
+		if got[k].ok {
+			runs[i] = got[k].b
+		} else {
+			bad = append(bad, i)
+		}
+	}
+	for _, i := range bad {
+		worst = span{min(worst.first, spans[i].first), max(worst.end, spans[i].end)}
 	}
 	if len(bad) > 0 {
 		dn := worst.end - worst.first
@@ -118,13 +125,18 @@ func (r *Reader) read(ctx context.Context, dst []byte, pos, first, n int64) erro
 				have[i] = run[off:][:l.cellsLen(i, worst.first, dn)]
 			}
 		}
-		got, err := s.decode(ctx, worst.first, dn, bad, have, nil)
+		decoded, err := s.decode(ctx, worst.first, dn, bad, have, nil)
 		if err != nil {
 			return err
 		}
+		defer func() {
+			for _, b := range decoded {
+				putBuf(b)
+			}
+		}()
 		r.degraded.Add(dn)
 		for k, i := range bad {
-			runs[i] = got[k]
+			runs[i] = decoded[k]
 			spans[i].first = worst.first
 		}
 	}

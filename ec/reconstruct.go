@@ -21,7 +21,8 @@ type CellSource interface {
 	// first+n-1, back to back, each at its length in the layout. An
 	// error makes Reconstruct and Reader take another index. The
 	// caller only reads the slice and keeps it no longer than the
-	// stripes it asked for take to decode.
+	// stripes it asked for take to decode. ReadCells is called from
+	// several goroutines at once: up to D reads are in flight.
 	ReadCells(ctx context.Context, index int, first, n int64) ([]byte, error)
 }
 
@@ -57,6 +58,11 @@ func Reconstruct(ctx context.Context, l Layout, t Table, src CellSource, avail, 
 		return nil
 	}
 	out := make([][]byte, len(missing))
+	defer func() {
+		for _, b := range out {
+			putBuf(b)
+		}
+	}()
 	for first, bs := int64(0), l.batchStripes(); first < l.Stripes(); first += bs {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("reconstruct: %w", err)
@@ -172,7 +178,10 @@ func (s *source) fetch(ctx context.Context, index int, first, n int64) ([]byte, 
 		err = fmt.Errorf("index %d: read stripes %d…%d: %w", index, first, first+n-1, err)
 	}
 	if err != nil {
-		s.drop(index, err)
+		// A read cut short by the caller says nothing of the index.
+		if ctx.Err() == nil {
+			s.drop(index, err)
+		}
 		return nil, err
 	}
 	return run, nil
@@ -196,42 +205,64 @@ func (s *source) check(index int, first, n int64, run []byte) error {
 
 // decode rebuilds the cells of the indexes in want for stripes
 // first…first+n-1 and returns one run per index, back to back at their
-// real lengths, in out's buffers where they are large enough. It takes
-// D good indexes: first those of have (index → run of exactly these
-// stripes, already checked), then avail's in order, read with fetch.
+// real lengths, in out's buffers where they are large enough (else in
+// buffers of getBuf's). It takes D good indexes: first those of have
+// (index → run of exactly these stripes, already checked), then
+// avail's in order, read with fetch, as many at once as are still
+// needed.
 func (s *source) decode(ctx context.Context, first, n int64, want []int, have map[int][]byte, out [][]byte) ([][]byte, error) {
 	size := n * int64(s.l.Cell)
 	shards := make([][]byte, s.l.Total())
+	var pads [][]byte
+	defer func() {
+		for _, p := range pads {
+			putBuf(p)
+		}
+	}()
 	got := 0
 	use := func(index int, run []byte) {
 		if int64(len(run)) < size {
 			// The container's last stripe: reedsolomon wants every
 			// shard as long, so the short cells get their zeros here.
-			p := make([]byte, size)
-			copy(p, run)
+			p := getBuf(size)
+			clear(p[copy(p, run):])
+			pads = append(pads, p)
 			run = p
 		}
 		shards[index-1] = run
 		got++
 	}
+	var cands []int
 	for _, i := range s.avail {
-		if run, ok := have[i]; ok && got < s.l.Data && !slices.Contains(want, i) {
-			use(i, run)
-		}
-	}
-	for _, i := range s.avail {
-		if got == s.l.Data {
-			break
-		}
-		if shards[i-1] != nil || slices.Contains(want, i) || !s.usable(i) {
+		if slices.Contains(want, i) {
 			continue
 		}
+		if run, ok := have[i]; ok && got < s.l.Data {
+			use(i, run)
+		} else if !ok {
+			cands = append(cands, i)
+		}
+	}
+	for got < s.l.Data && len(cands) > 0 {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if run, err := s.fetch(ctx, i, first, n); err == nil {
-			use(i, run)
+		var round []int
+		for len(round) < s.l.Data-got && len(cands) > 0 {
+			if i := cands[0]; s.usable(i) {
+				round = append(round, i)
+			}
+			cands = cands[1:]
 		}
+		runs := s.fetchAll(ctx, round, func(int) (int64, int64) { return first, n })
+		for k, i := range round {
+			if runs[k].ok {
+				use(i, runs[k].b)
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	if got < s.l.Data {
 		return nil, fmt.Errorf("stripes %d…%d: %d good indexes of the %d needed, of %v available (%s): %w",
@@ -244,7 +275,7 @@ func (s *source) decode(ctx context.Context, first, n int64, want []int, have ma
 			buf = out[k]
 		}
 		if int64(cap(buf)) < size {
-			buf = make([]byte, size)
+			buf = getBuf(size)
 		}
 		shards[i-1] = buf[:0:size]
 		required[i-1] = true
@@ -255,11 +286,31 @@ func (s *source) decode(ctx context.Context, first, n int64, want []int, have ma
 	runs := make([][]byte, len(want))
 	for k, i := range want {
 		runs[k] = shards[i-1][:s.l.cellsLen(i, first, n)]
-		// Good inputs cannot decode to a bad cell, short of a wrong
-		// table or a bug; either way nothing unchecked leaves here.
-		if err := s.check(i, first, n, runs[k]); err != nil {
-			return nil, fmt.Errorf("decoded %w", err)
-		}
+	}
+	// Good inputs cannot decode to a bad cell, short of a wrong table
+	// or a bug; either way nothing unchecked leaves here.
+	errs := make([]error, len(want))
+	parallel(len(want), 0, func(k int) { errs[k] = s.check(want[k], first, n, runs[k]) })
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("decoded %w", err)
 	}
 	return runs, nil
+}
+
+// fetched is one index's run, if its read and its cells were good.
+type fetched struct {
+	b  []byte
+	ok bool
+}
+
+// fetchAll fetches the indexes at once, index k's stripes given by
+// span(k) (first, count); those that fail are dropped.
+func (s *source) fetchAll(ctx context.Context, indexes []int, span func(k int) (int64, int64)) []fetched {
+	runs := make([]fetched, len(indexes))
+	parallel(len(indexes), len(indexes), func(k int) {
+		first, n := span(k)
+		b, err := s.fetch(ctx, indexes[k], first, n)
+		runs[k] = fetched{b, err == nil}
+	})
+	return runs
 }

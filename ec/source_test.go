@@ -7,9 +7,25 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 )
+
+// TestMain shrinks batches to 16 KiB per index, so that small
+// containers span many (TestFullBatches keeps the real size).
+func TestMain(m *testing.M) {
+	batchBytes = 16 << 10
+	os.Exit(m.Run())
+}
+
+// withBatch sets the batch size for one test.
+func withBatch(t *testing.T, n int64) {
+	t.Helper()
+	was := batchBytes
+	batchBytes = n
+	t.Cleanup(func() { batchBytes = was })
+}
 
 // memSource serves index files held in memory; a test can make an
 // index's reads fail, flip a byte of its cells, and count its reads.
@@ -20,12 +36,13 @@ type memSource struct {
 	files map[int][]byte
 	fail  map[int]error
 	calls map[int]int
+	own   map[int]bool // files[i] is this source's copy
 }
 
 func newMemSource(l Layout, files [][]byte) *memSource {
-	m := &memSource{cell: int64(l.Cell), files: map[int][]byte{}, fail: map[int]error{}, calls: map[int]int{}}
+	m := &memSource{cell: int64(l.Cell), files: map[int][]byte{}, fail: map[int]error{}, calls: map[int]int{}, own: map[int]bool{}}
 	for i, f := range files {
-		m.files[i+1] = bytes.Clone(f)
+		m.files[i+1] = f // shared until flip copies it
 	}
 	return m
 }
@@ -61,6 +78,10 @@ func (m *memSource) lose(index int) {
 func (m *memSource) flip(index int, stripe int64, at int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !m.own[index] {
+		m.files[index] = bytes.Clone(m.files[index])
+		m.own[index] = true
+	}
 	m.files[index][stripe*m.cell+int64(at)] ^= 0xff
 }
 
