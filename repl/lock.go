@@ -111,7 +111,7 @@ func LockTarget(ctx context.Context, target string, opts LockOptions) (*Lock, er
 		}
 		waited := time.Since(start)
 		if waited >= opts.Wait {
-			h, _ := readHolder(name)
+			h := currentHolder(ctx, name)
 			f.Close()
 			busy := &BusyError{Target: abs, Holder: h}
 			if opts.Wait > 0 {
@@ -165,6 +165,28 @@ func (l *Lock) Unlock() error {
 	err := l.f.Close() // closing the last descriptor drops the flock
 	l.f = nil
 	return err
+}
+
+// holderGrace is how long a refusal waits for the holder to describe
+// itself: it takes the flock, then writes the file.
+const holderGrace = 500 * time.Millisecond
+
+// currentHolder reads what the lock file says of the process holding it
+// now: a description not yet written (empty), or left by an earlier
+// holder that has exited, is read again for up to holderGrace; a zero
+// Holder after that.
+func currentHolder(ctx context.Context, name string) Holder {
+	deadline := time.Now().Add(holderGrace)
+	for {
+		h, _ := readHolder(name)
+		if h.PID != 0 && syscall.Kill(h.PID, 0) != syscall.ESRCH {
+			return h
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return Holder{}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // readHolder reads what a lock file says; a zero Holder if it says
