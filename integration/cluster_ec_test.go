@@ -44,7 +44,9 @@ func ecRackOf(node string) string {
 
 func startECCluster(t *testing.T, extra ...string) *testCluster {
 	t.Helper()
-	return startClusterOf(t, 12, ecRackOf, append([]string{"--metrics", "127.0.0.1:0"}, extra...)...)
+	c := startClusterOf(t, 12, ecRackOf, append([]string{"--metrics", "127.0.0.1:0"}, extra...)...)
+	c.ecWait = 90 * time.Second
+	return c
 }
 
 // ecFiles writes the files of the test container: sizes that fill one
@@ -67,7 +69,7 @@ func (c *testCluster) waitEC(t *testing.T, id string, not ...string) map[int]str
 	var last clusterContainer
 	var holders map[int]string
 	limit := ecRackCap
-	ok := wait.Until(90*time.Second, func() bool {
+	ok := wait.Until(c.ecWait, func() bool {
 		limit = c.rackCap(t)
 		last = c.containers(t)[id]
 		holders = map[int]string{}
@@ -108,8 +110,8 @@ func (c *testCluster) waitEC(t *testing.T, id string, not ...string) map[int]str
 			}
 		}
 		slices.Sort(logs)
-		t.Fatalf("container %s not HEALTHY with %d indexes on their own nodes (avoiding %v, ≤%d a rack) within 90s: %+v\ncommands in the nodes' logs:\n%s",
-			id, ecIndexes, not, limit, last, strings.Join(logs, "\n"))
+		t.Fatalf("container %s not HEALTHY with %d indexes on their own nodes (avoiding %v, ≤%d a rack) within %v: %+v\ncommands in the nodes' logs:\n%s",
+			id, ecIndexes, not, limit, c.ecWait, last, strings.Join(logs, "\n"))
 	}
 	return holders
 }
@@ -165,12 +167,14 @@ func (c *testCluster) checkECReads(t *testing.T, what string, files []string) {
 
 var sentLine = regexp.MustCompile(`(?m)^replicad_replication_bytes_total\{direction="sent"[^}]*\} (\S+)$`)
 
-// sentBytes sums what the running nodes have sent to peers.
-func (c *testCluster) sentBytes(t *testing.T) int64 {
+// sentBytes sums what the running nodes but those in not have sent to
+// peers (give the nodes about to be killed, so that a sum before and one
+// after count the same nodes).
+func (c *testCluster) sentBytes(t *testing.T, not ...string) int64 {
 	t.Helper()
 	var sum int64
-	for _, n := range c.nodes {
-		if n.p.exited() || n.Metrics == "" {
+	for name, n := range c.nodes {
+		if n.p.exited() || n.Metrics == "" || slices.Contains(not, name) {
 			continue
 		}
 		resp, err := http.Get("http://" + n.Metrics + "/metrics")
@@ -275,12 +279,12 @@ func testEC(t *testing.T, c *testCluster) {
 
 	t.Run("reconstruct", func(t *testing.T) {
 		victims := pickHolders(holders, 3)
-		before := c.sentBytes(t)
+		before := c.sentBytes(t, victims...)
 		for _, v := range victims {
 			c.nodes[v].kill9(t)
 		}
 		holders = c.waitEC(t, id, victims...)
-		moved := c.sentBytes(t) - before
+		moved := c.sentBytes(t, victims...) - before
 		t.Logf("reconstructing 3 indexes moved %d bytes (an index is %d..%d, the container %d)", moved, indexBytes, largest, total)
 		// At least D-1 indexes' cells read from other nodes; at most D read
 		// and one shipped for each index rebuilt, with room for the tar.
