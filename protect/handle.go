@@ -104,7 +104,7 @@ func (c *Core) Create(ctx context.Context, rel string, flags, mode uint32, cl Ca
 		}
 		defer done()
 	}
-	f, err := os.OpenFile(abs, int(flags)|os.O_CREATE|os.O_EXCL, os.FileMode(mode))
+	f, err := os.OpenFile(abs, int(flags)|os.O_CREATE|os.O_EXCL, fileMode(mode))
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +117,18 @@ func (c *Core) Create(ctx context.Context, rel string, flags, mode uint32, cl Ca
 		return nil, err
 	}
 	return h, nil
+}
+
+// fileMode is the os.FileMode of the permission and set-id bits of mode:
+// os.FileMode(mode) would drop the set-id and sticky bits.
+func fileMode(mode uint32) os.FileMode {
+	m := os.FileMode(mode & 0o777)
+	for bit, fm := range map[uint32]os.FileMode{syscall.S_ISUID: os.ModeSetuid, syscall.S_ISGID: os.ModeSetgid, syscall.S_ISVTX: os.ModeSticky} {
+		if mode&bit != 0 {
+			m |= fm
+		}
+	}
+	return m
 }
 
 // Abort undoes a Create whose file the adapter could not take on.
