@@ -350,13 +350,15 @@ func (s *Store) copyFrom(f *os.File, name *string, fill func(tmp *os.File) error
 // the only copy of the data, use Unpreserve. It returns ErrNotFound if there is no
 // such entry.
 func (s *Store) Drop(name string) error {
-	if err := s.drop(name); err != nil {
+	if err := s.drop(name, false); err != nil {
 		return fmt.Errorf("drop %s: %w", name, err)
 	}
 	return nil
 }
 
-func (s *Store) drop(name string) error {
+// drop removes entry name; unused: only if no preservation was refreshed
+// onto it after it was made (errShared).
+func (s *Store) drop(name string, unused bool) error {
 	if _, _, ok := ParseName(name); !ok {
 		return ErrNotFound
 	}
@@ -366,6 +368,9 @@ func (s *Store) drop(name string) error {
 	r, err := s.get(name)
 	if err != nil {
 		return err
+	}
+	if unused && (r == nil || r.refreshed != r.preserved) {
+		return errShared
 	}
 	err = os.Remove(s.Path(name))
 	if errors.Is(err, os.ErrNotExist) {
@@ -382,6 +387,22 @@ func (s *Store) drop(name string) error {
 	}
 	return s.put(name, nil)
 }
+
+// DropUnused removes entry name, made by a Preserve that reported it
+// created, if no preservation has been refreshed onto it since: a copy taken
+// ahead for a change that never came. An entry another preservation shares
+// stays. It returns whether it removed the entry.
+func (s *Store) DropUnused(name string) (bool, error) {
+	if err := s.drop(name, true); errors.Is(err, errShared) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("drop %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// errShared is drop's refusal of an entry a later preservation shares.
+var errShared = errors.New("shared by a later preservation")
 
 // Unpreserve undoes a Preserve with move that created entry name: it puts
 // the entry back at path (which must not exist) and removes the entry — by

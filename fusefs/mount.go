@@ -33,6 +33,11 @@ const (
 // server has been unmounted and waited for. cfg must have its defaults
 // filled in (Config.WithDefaults).
 func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (*fuse.Server, protect.Recovery, error) {
+	// The kernel has applied the caller's umask to every mode it hands
+	// over (it masks in the VFS whether or not FUSE_DONT_MASK is granted,
+	// since the mount has no POSIX ACLs): the daemon's own must not mask
+	// it again. cmfs's own files all name their modes.
+	syscall.Umask(0)
 	core, rec, err := protect.Open(context.Background(), cfg.protection(), j, store)
 	if err != nil {
 		return nil, rec, err

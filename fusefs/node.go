@@ -245,7 +245,16 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 	if rel, _ := n.child(name); n.r.core.Hidden(rel) {
 		return nil, syscall.EPERM
 	}
-	return n.LoopbackNode.Mknod(ctx, name, mode, rdev, out)
+	ch, errno := n.LoopbackNode.Mknod(ctx, name, mode, rdev, out)
+	if errno == 0 && mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 && os.Getuid() == 0 {
+		// The loopback's chown to the caller cleared the set-id bits the
+		// caller made the node with.
+		rel, _ := n.child(name)
+		if syscall.Chmod(filepath.Join(n.r.core.Backing(), rel), mode&0o7777) == nil {
+			out.Attr.Mode = mode
+		}
+	}
+	return ch, errno
 }
 
 // Getattr reports links that only cmroot holds as absent: to every

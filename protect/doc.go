@@ -36,7 +36,9 @@
 //     without O_TRUNC copy the original before any write can land: at open,
 //     because with FUSE passthrough writes never reach this process.
 //   - flush (close) after writes checksums the new content and journals it
-//     before close() returns.
+//     before close() returns, unless it is what the file's last event
+//     said; a handle released unchanged drops the copy taken at open
+//     (cmroot.DropUnused: unless a later preservation shares it).
 //   - rmdir of a database, table or partition is one structural event;
 //     rm -r yields one DELETE per file first.
 //

@@ -104,7 +104,7 @@ func (c *Core) Create(ctx context.Context, rel string, flags, mode uint32, cl Ca
 		}
 		defer done()
 	}
-	f, err := os.OpenFile(abs, int(flags)|os.O_CREATE|os.O_EXCL, os.FileMode(mode))
+	f, err := os.OpenFile(abs, int(flags)|os.O_CREATE|os.O_EXCL, fileMode(mode))
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +117,18 @@ func (c *Core) Create(ctx context.Context, rel string, flags, mode uint32, cl Ca
 		return nil, err
 	}
 	return h, nil
+}
+
+// fileMode is the os.FileMode of the permission and set-id bits of mode:
+// os.FileMode(mode) would drop the set-id and sticky bits.
+func fileMode(mode uint32) os.FileMode {
+	m := os.FileMode(mode & 0o777)
+	for bit, fm := range map[uint32]os.FileMode{syscall.S_ISUID: os.ModeSetuid, syscall.S_ISGID: os.ModeSetgid, syscall.S_ISVTX: os.ModeSticky} {
+		if mode&bit != 0 {
+			m |= fm
+		}
+	}
+	return m
 }
 
 // Abort undoes a Create whose file the adapter could not take on.
@@ -433,6 +445,9 @@ func (c *Core) Truncate(ctx context.Context, rel string, size uint64, h *Handle,
 		}
 		serr = c.emit(ctx, contentEvents(journal.Truncate, rel, names, journal.File{Size: int64(size), XXH64: sum}, o)...)
 	}
+	if serr == nil && h != nil && h.write {
+		h.settle(rel, orig, sum)
+	}
 	if serr != nil {
 		if undo() != nil {
 			c.keep(slot, in)
@@ -480,6 +495,12 @@ func (h *Handle) Flush(ctx context.Context, rel string, live bool) error {
 		h.orig, h.last, h.synced = nil, statState(cur), true
 		return nil
 	}
+	if h.orig == nil && h.synced && h.intent.Base == sum && h.last.size == uint64(cur.Size) {
+		// The content is what the last event said (a close of a dup'd
+		// descriptor, a touch): times and modes are not journaled.
+		h.last = statState(cur)
+		return nil
+	}
 	var orig *journal.File
 	if h.orig != nil {
 		orig = &h.orig.File
@@ -498,6 +519,25 @@ func (h *Handle) Flush(ctx context.Context, rel string, live bool) error {
 	h.intent = intent{After: c.log.Last(), Type: journal.Write, Path: rel, Base: sum}
 	c.inflight.update(h.slot, &h.intent)
 	return nil
+}
+
+// settle records that an event, a truncation through h naming orig,
+// journaled the handle's content as sum, so that its close journals only a
+// change from that. The original h kept at open is the one the event
+// named if the file still held it; otherwise h keeps it for its close.
+func (h *Handle) settle(rel string, orig *preserved, sum string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.orig != nil && (orig == nil || orig.XXH64 != h.orig.XXH64 || orig.Size != h.orig.Size) {
+		return
+	}
+	var st syscall.Stat_t
+	if h.slot < 0 || syscall.Fstat(int(h.f.Fd()), &st) != nil {
+		return
+	}
+	h.orig, h.last, h.synced = nil, statState(&st), true
+	h.intent = intent{After: h.c.log.Last(), Type: journal.Write, Path: rel, Base: sum}
+	h.c.inflight.update(h.slot, &h.intent)
 }
 
 // Fsync runs fsync, the backing file's, while it checksums the content,
@@ -548,6 +588,15 @@ func (h *Handle) Release() {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	var st syscall.Stat_t
+	if h.orig != nil && !h.unjournaled && h.synced && syscall.Fstat(int(h.f.Fd()), &st) == nil && statState(&st) == h.last {
+		// Opened for writing, closed unchanged: no event names the copy
+		// taken at open, and none will.
+		if h.orig.created {
+			h.c.cm.DropUnused(h.orig.CM)
+		}
+		h.orig = nil
+	}
 	if h.unjournaled {
 		h.c.keep(h.slot, h.intent)
 	} else {

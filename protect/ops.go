@@ -28,10 +28,18 @@ type Caller struct {
 	Known    bool
 }
 
-// own gives the file at p the caller's owner.
+// own gives the file at p the caller's owner. chown clears the set-id
+// bits of a file, even root's; the caller made the file with them, as its
+// owner, and keeps them, as natively.
 func (cl Caller) own(p string) {
-	if cl.Known && os.Getuid() == 0 {
-		syscall.Lchown(p, int(cl.Uid), int(cl.Gid))
+	if !cl.Known || os.Getuid() != 0 {
+		return
+	}
+	var st syscall.Stat_t
+	setid := syscall.Lstat(p, &st) == nil && st.Mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 &&
+		st.Mode&syscall.S_IFMT != syscall.S_IFLNK
+	if syscall.Lchown(p, int(cl.Uid), int(cl.Gid)) == nil && setid {
+		syscall.Chmod(p, st.Mode&0o7777)
 	}
 }
 
