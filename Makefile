@@ -57,7 +57,6 @@ bench: build bench-deps
 	$(GO) run ./bench/cmd/containerbench --replicad bin/replicad
 	$(GO) run ./bench/cmd/rmbench
 	$(GO) run ./bench/cmd/ecbench
-	CMFS_EC_BENCH=1 $(GO) test -count=1 -run TestBenchEC -v -timeout 60m ./integration/
 
 # What the benchmarks compare with and the machine may lack: rsync (for
 # containerbench's report row). Installed once; if it cannot be, the row

@@ -44,9 +44,7 @@ func ecRackOf(node string) string {
 
 func startECCluster(t *testing.T, extra ...string) *testCluster {
 	t.Helper()
-	c := startClusterOf(t, 12, ecRackOf, append([]string{"--metrics", "127.0.0.1:0"}, extra...)...)
-	c.ecWait = 90 * time.Second
-	return c
+	return startClusterOf(t, 12, ecRackOf, append([]string{"--metrics", "127.0.0.1:0"}, extra...)...)
 }
 
 // ecFiles writes the files of the test container: sizes that fill one
@@ -69,7 +67,7 @@ func (c *testCluster) waitEC(t *testing.T, id string, not ...string) map[int]str
 	var last clusterContainer
 	var holders map[int]string
 	limit := ecRackCap
-	ok := wait.Until(c.ecWait, func() bool {
+	ok := wait.Until(90*time.Second, func() bool {
 		limit = c.rackCap(t)
 		last = c.containers(t)[id]
 		holders = map[int]string{}
@@ -110,8 +108,8 @@ func (c *testCluster) waitEC(t *testing.T, id string, not ...string) map[int]str
 			}
 		}
 		slices.Sort(logs)
-		t.Fatalf("container %s not HEALTHY with %d indexes on their own nodes (avoiding %v, ≤%d a rack) within %v: %+v\ncommands in the nodes' logs:\n%s",
-			id, ecIndexes, not, limit, c.ecWait, last, strings.Join(logs, "\n"))
+		t.Fatalf("container %s not HEALTHY with %d indexes on their own nodes (avoiding %v, ≤%d a rack) within 90s: %+v\ncommands in the nodes' logs:\n%s",
+			id, ecIndexes, not, limit, last, strings.Join(logs, "\n"))
 	}
 	return holders
 }

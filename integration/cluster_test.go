@@ -42,8 +42,6 @@ type clusterNode struct {
 type testCluster struct {
 	nodes map[string]*replNode
 	coord *replNode
-	// ecWait bounds waitEC.
-	ecWait time.Duration
 }
 
 // clusterFlags are the short timings of every test cluster.
