@@ -263,9 +263,10 @@ var modes = []struct {
 // --- bytes moved to recover one lost index ---
 
 // ecRecoveryRows: in each mode, a container of ecRecoverySize (a multiple
-// of the stripe, so every index holds a sixth of it) loses one index, by
-// turns to a decommission (the index copied one to one) and to a kill
-// (the index reconstructed from six others). The value is the bytes every
+// of the stripe, so every index holds a sixth of it) loses one index, to
+// a decommission (the index copied one to one), and then another, to a
+// kill (the index reconstructed from six others); once each, as bytes are
+// counted, not timed. The value is the bytes every
 // node sent (their replicad_replication_bytes_total{direction="sent"})
 // from the decommission or the kill until the container is HEALTHY again,
 // per byte of the lost index; the baseline is the container's bytes per
@@ -316,7 +317,8 @@ func (r *runner) ecRecoveryRun(ctx context.Context, dir, src string, push bool, 
 		return err
 	}
 	coord := cl.coord.addr
-	for rep := range r.cfg.reps {
+	// Bytes are counted, not timed: one run of each way to lose an index.
+	for rep := range 1 {
 		for k := range 2 {
 			if ctx.Err() != nil {
 				return nil
@@ -547,48 +549,75 @@ func fileXXH64(path string) (string, error) {
 
 // --- peak RSS of the nodes reconstructing three indexes ---
 
-// ecRSSRows: in each mode, a container of ecRSSSize loses three index
-// holders (killed; DEAD after 2 s), and the coordinator has the three
-// indexes reconstructed: in push mode one holder of a good index rebuilds
-// all three and pushes them, in pull mode each target rebuilds its own.
-// VmHWM of every node is reset before the kill and read once the
-// container is HEALTHY again; the row shows the highest among the nodes
-// that reconstructed: pull, the three new holders; push, the holder that
-// sent the most (the three rebuilt indexes), as no node logs a command
-// that succeeds. The baseline is the highest VmRSS of a node just
-// started and joined, before any container.
+// ecRSSRows: a container of ecRSSSize, encoded in a push-mode cluster,
+// loses three index holders (killed; DEAD after 2 s), and the coordinator
+// has the three indexes reconstructed: in push mode one holder of a good
+// index rebuilds all three and pushes them. The three are then started
+// again (the extra copies deleted), the coordinator is started again with
+// --push=false, and three other holders are killed: in pull mode each
+// target rebuilds its own index. VmHWM of every node is reset (to its
+// VmRSS then) before the kill and read once the container is HEALTHY
+// again; the row shows the highest among the nodes that reconstructed:
+// pull, the three new holders; push, the old holder that sent the most
+// (the three rebuilt indexes), as no node logs a command that succeeds.
+// The baseline is the highest VmRSS of a node just started and joined,
+// before any container.
 func (r *runner) ecRSSRows(ctx context.Context) []*bench.ReplRow {
 	c := r.cfg
 	const mib = 1 << 20
 	var rows []*bench.ReplRow
-	byMode := map[string]*bench.ReplRow{}
 	for _, m := range modes {
-		row := &bench.ReplRow{
+		rows = append(rows, &bench.ReplRow{
 			Name: fmt.Sprintf("EC %s, %s container: peak RSS of the node(s) reconstructing 3 indexes, %s mode", ecScheme, bench.Size(c.ecRSSSize), m.name),
 			Unit: "MiB", Baseline: "an idle node (joined, no container)",
 			Target: bench.ReplTarget{MaxValue: float64(c.ecRSSLimit) / mib, Text: "≤ " + bench.Size(c.ecRSSLimit)},
-		}
-		byMode[m.name] = row
-		rows = append(rows, row)
+		})
 	}
+	fail := func(err error) []*bench.ReplRow { return bench.FailRows(rows, err) }
 	dir := filepath.Join(r.dir, "ec-rss")
-	defer os.RemoveAll(filepath.Join(dir, "src"))
-	for _, m := range modes {
+	// About 3.5× the container on disk: gone once measured.
+	defer os.RemoveAll(dir)
+	cl, err := r.startEC(ctx, dir, true, 2*time.Second, c.ecRSSSize+c.ecRSSSize/2)
+	if err != nil {
+		return fail(err)
+	}
+	defer cl.stop()
+	d, holders, _, err := r.ecPut(ctx, cl, "ec-rss", filepath.Join(dir, "src"), c.ecRSSFiles(), c.ecRSSSize, 20*time.Minute)
+	if err != nil {
+		return fail(err)
+	}
+	for k, m := range modes {
 		if ctx.Err() != nil {
 			return rows
 		}
-		cdir := filepath.Join(dir, m.name)
-		peak, idle, err := r.ecRSSRun(ctx, cdir, filepath.Join(dir, "src"), m.push)
-		// Up to 3.5× the container: room for the next mode's.
-		if rerr := os.RemoveAll(cdir); rerr != nil && err == nil {
-			err = rerr
+		if !m.push {
+			coord := cl.coord
+			coord.kill9()
+			coord.extra = slices.Clone(coord.extra)
+			for i, f := range coord.extra {
+				if f == "--push=true" {
+					coord.extra[i] = "--push=false"
+				}
+			}
+			err := r.restart(ctx, cl, coord)
+			if err == nil {
+				holders, err = r.waitEC(ctx, cl, d.ID, 5*time.Minute)
+			}
+			if err != nil {
+				rows[k].Fail(err)
+				continue
+			}
+		}
+		peak, err := r.ecRSSRun(ctx, cl, d, holders, m.name)
+		if err == nil {
+			holders, err = r.waitEC(ctx, cl, d.ID, 10*time.Minute) // the victims back, their copies deleted
 		}
 		if err != nil {
-			byMode[m.name].Fail(err)
+			rows[k].Fail(err)
 			continue
 		}
-		byMode[m.name].Add(float64(peak) / mib)
-		byMode[m.name].AddBase(float64(idle) / mib)
+		rows[k].Add(float64(peak) / mib)
+		rows[k].AddBase(float64(cl.idle) / mib)
 	}
 	return rows
 }
@@ -596,36 +625,33 @@ func (r *runner) ecRSSRows(ctx context.Context) []*bench.ReplRow {
 // ecRSSFiles is how many files the RSS workload's container is put as.
 func (c config) ecRSSFiles() int { return int(max(1, c.ecRSSSize/(128<<20))) }
 
-func (r *runner) ecRSSRun(ctx context.Context, dir, src string, push bool) (peak, idle int64, err error) {
+// ecRSSRun kills three holders of d, waits until their indexes are
+// reconstructed, returns the peak RSS of the reconstructing nodes, and
+// starts the three again.
+func (r *runner) ecRSSRun(ctx context.Context, cl *ecCluster, d container.Descriptor, holders map[int]string, mode string) (peak int64, err error) {
 	const mib = 1 << 20
 	size := r.cfg.ecRSSSize
-	cl, err := r.startEC(ctx, dir, push, 2*time.Second, size+size/2)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer cl.stop()
-	mode := map[bool]string{true: "push", false: "pull"}[push]
 	phase := "ec-rss " + mode
-	d, holders, _, err := r.ecPut(ctx, cl, phase, src, r.cfg.ecRSSFiles(), size, 20*time.Minute)
-	if err != nil {
-		return 0, 0, err
-	}
 	var victims []string
 	for len(victims) < 3 {
 		v, err := holderOf(holders, allIndexes, victims...)
 		if err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 		victims = append(victims, v)
 	}
+	atReset := map[string]int64{}
 	for _, n := range cl.nodes {
 		if err := bench.ResetPeakRSS(n.pid()); err != nil {
-			return 0, 0, fmt.Errorf("reset VmHWM of %s: %w", n.name, err)
+			return 0, fmt.Errorf("reset VmHWM of %s: %w", n.name, err)
+		}
+		if atReset[n.name], err = bench.ProcStatus(n.pid(), "VmRSS"); err != nil {
+			return 0, err
 		}
 	}
 	before, err := cl.sent(ctx)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	r.cold()
 	start := time.Now()
@@ -634,12 +660,12 @@ func (r *runner) ecRSSRun(ctx context.Context, dir, src string, push bool) (peak
 	}
 	after, err := r.waitEC(ctx, cl, d.ID, 20*time.Minute, victims...)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	took := time.Since(start)
 	sentAfter, err := cl.sent(ctx)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	delta, moved := sentSince(before, sentAfter)
 	old := map[string]bool{}
@@ -647,7 +673,7 @@ func (r *runner) ecRSSRun(ctx context.Context, dir, src string, push bool) (peak
 		old[n] = true
 	}
 	var builders []string
-	if push {
+	if mode == "push" {
 		top := ""
 		for _, n := range after {
 			if old[n] && (top == "" || delta[n] > delta[top]) {
@@ -665,13 +691,14 @@ func (r *runner) ecRSSRun(ctx context.Context, dir, src string, push bool) (peak
 	slices.Sort(builders)
 	hwm := map[string]int64{}
 	var highest string
+	var before0 []string
 	for _, n := range cl.nodes {
 		if !n.alive() {
 			continue
 		}
 		v, err := bench.ProcStatus(n.pid(), "VmHWM")
 		if err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 		hwm[n.name] = v
 		if highest == "" || v > hwm[highest] {
@@ -679,11 +706,17 @@ func (r *runner) ecRSSRun(ctx context.Context, dir, src string, push bool) (peak
 		}
 		if slices.Contains(builders, n.name) {
 			peak = max(peak, v)
+			before0 = append(before0, fmt.Sprintf("%s %.0f MiB", n.name, float64(atReset[n.name])/mib))
 		}
 	}
-	r.logf("[%s] 3 indexes of %d (%v) reconstructed by %v in %v, %d bytes sent (%.2f× the container); peak RSS of the reconstructing node(s) %.0f MiB, of any node %.0f MiB (%s), idle %.0f MiB",
-		phase, d.ID, victims, builders, took.Round(time.Millisecond), moved, float64(moved)/float64(size), float64(peak)/mib, float64(hwm[highest])/mib, highest, float64(cl.idle)/mib)
-	r.notes = append(r.notes, fmt.Sprintf("EC peak RSS, %s mode: %s reconstructed 3 indexes of %s in %v (%.0f MB/s of rebuilt index), %.2f× the container sent; the highest VmHWM of any node was %s's, %.0f MiB",
-		mode, builders, bench.Size(size), took.Round(time.Second), float64(3*size/ecData)/1e6/took.Seconds(), float64(moved)/float64(size), highest, float64(hwm[highest])/mib))
-	return peak, cl.idle, nil
+	r.logf("[%s] 3 indexes of %d (%v) reconstructed by %v in %v, %d bytes sent (%.2f× the container); peak RSS of the reconstructing node(s) %.0f MiB (RSS at the reset: %v), of any node %.0f MiB (%s), idle %.0f MiB",
+		phase, d.ID, victims, builders, took.Round(time.Millisecond), moved, float64(moved)/float64(size), float64(peak)/mib, before0, float64(hwm[highest])/mib, highest, float64(cl.idle)/mib)
+	r.notes = append(r.notes, fmt.Sprintf("EC peak RSS, %s mode: %v reconstructed 3 indexes of %s in %v from the kill (%.0f MB/s of rebuilt index; DEAD after 2 s), %.2f× the container sent; VmHWM was reset to VmRSS (%v) before; the highest VmHWM of any node was %s's, %.0f MiB",
+		mode, builders, bench.Size(size), took.Round(time.Second), float64(3*size/ecData)/1e6/took.Seconds(), float64(moved)/float64(size), before0, highest, float64(hwm[highest])/mib))
+	for _, v := range victims {
+		if err := r.restart(ctx, cl, cl.byName[v]); err != nil {
+			return 0, err
+		}
+	}
+	return peak, nil
 }

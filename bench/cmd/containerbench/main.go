@@ -80,7 +80,7 @@ func defaultConfig() config {
 		compressions: []string{"gzip", "snappy", "lz4", "zstd"},
 		rssSize:      4 << 30, rssFiles: 64, rssLimit: 100 << 20,
 		drainSize: 2 << 30, drainFiles: 64, drainContainers: 16,
-		ecRecoverySize: 1536 << 20, ecReadSize: 256 << 20, ecRSSSize: 6 << 30, ecRSSLimit: 256 << 20,
+		ecRecoverySize: 768 << 20, ecReadSize: 256 << 20, ecRSSSize: 6 << 30, ecRSSLimit: 256 << 20,
 		reps: 3, cold: true,
 	}
 }
@@ -150,7 +150,7 @@ func parseFlags(args []string) (options, error) {
 	fl.Var(sizeFlag{&cfg.drainSize}, "drain-size", "data on the decommissioning node of the drain workload (2GiB; the issue's 10GiB needs 6× that on disk per run)")
 	fl.IntVar(&cfg.drainFiles, "drain-files", def.drainFiles, "files that data is put as")
 	fl.IntVar(&cfg.drainContainers, "drain-containers", def.drainContainers, "containers those files go into (a divisor of --drain-files)")
-	fl.Var(sizeFlag{&cfg.ecRecoverySize}, "ec-recovery-size", "data of the EC container losing an index (1536MiB; a multiple of the 6 MiB stripe and of 8 files)")
+	fl.Var(sizeFlag{&cfg.ecRecoverySize}, "ec-recovery-size", "data of the EC container losing an index (768MiB; a multiple of the 6 MiB stripe and of 8 files)")
 	fl.Var(sizeFlag{&cfg.ecReadSize}, "ec-read-size", "the block read from the EC cluster, and stored as EC and replica:3 (256MiB)")
 	fl.Var(sizeFlag{&cfg.ecRSSSize}, "ec-rss-size", "data of the EC container whose 3 indexes are reconstructed while RSS is watched (6GiB; needs about 4× that on disk)")
 	fl.Var(sizeFlag{&cfg.ecRSSLimit}, "ec-rss-limit", "the peak RSS target of a reconstructing node (256MiB)")
