@@ -26,6 +26,17 @@
 //     the leader killed with SIGKILL three times (and started again),
 //     timed until a standby answers `admin status` as the leader, against
 //     --leader-lease (target ≤ 10 s).
+//   - ec-recovery, ec-read, ec-rss (-only ec: all three): a cluster of
+//     twelve nodes on four racks and an ec:rs-6-3-1024k container encoded
+//     into nine indexes: the bytes every node sends (its /metrics) to
+//     recover one lost index by copy (decommission) and by reconstruction
+//     (kill), per byte of the index, in push and pull mode, against the
+//     container's bytes; `container get --cluster` of a 256 MiB block
+//     with 1 and 3 data index holders killed against all up; the
+//     allocated bytes on disk of the nine indexes against replica:3 of the
+//     same file; the peak RSS of the nodes reconstructing three indexes
+//     of a 6 GiB container, in push and pull mode (target ≤ 256 MiB),
+//     against an idle node's RSS.
 //
 // Caches are dropped before every timed run (root), the runs of a row and
 // of its baselines are interleaved, and the table shows medians. It needs
@@ -335,7 +346,10 @@ const legend = "Values are medians of the runs. MB/s is 10^6 bytes of container 
 	"from the start of `replicad container replicate` (or of the baseline's command) until it returns with the " +
 	"data durable at the target. Ratios are replicad÷baseline, so ≥ 1 means replicad is at least as fast. " +
 	"RSS rows: the highest of VmHWM (reset before the push) and VmRSS sampled every 50 ms, in MiB, lower is better. " +
-	"Failover: seconds from the leader's SIGKILL until a standby answers `admin status` as the leader; its ratio is lease÷failover."
+	"Failover: seconds from the leader's SIGKILL until a standby answers `admin status` as the leader; its ratio is lease÷failover. " +
+	"EC rows: B/B is bytes per byte (sent per byte of the lost index; on disk per byte of data), lower is better, the ratio baseline÷value; " +
+	"degraded reads are MB/s of the block from the start of `container get --cluster` until it exits with the block written and checked; " +
+	"EC RSS is the highest VmHWM (reset before the kill) of the reconstructing nodes, in MiB."
 
 // cold makes the next run start with cold caches, if asked to.
 func (r *runner) cold() { bench.Settle(r.cfg.cold, r.logf) }
