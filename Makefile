@@ -47,8 +47,9 @@ integration: build
 # column n/a, and the run goes on.
 BENCH_BASE ?= c975bd5
 
-# containerbench runs push, compression, RSS, drain and the coordinator's
-# failover with etcd (a row of n/a without the etcd binary).
+# containerbench runs push, compression, RSS, drain, the coordinator's
+# failover with etcd (a row of n/a without the etcd binary) and the EC rows
+# (twelve nodes; a 6 GiB container for the RSS row: about 25 GiB on disk).
 
 bench: build bench-deps
 	$(GO) run ./bench/cmd/cmfsbench $(if $(BENCH_BASE),-base $(BENCH_BASE))

@@ -146,8 +146,16 @@ type adminNode struct {
 }
 
 type adminContainer struct {
-	ID    string `json:"id"`
-	Class string `json:"class"`
+	ID       string         `json:"id"`
+	Class    string         `json:"class"`
+	Reason   string         `json:"reason"`
+	Replicas []adminReplica `json:"replicas"`
+}
+
+type adminReplica struct {
+	Node  string `json:"node"`
+	Index int    `json:"index"`
+	State string `json:"state"`
 }
 
 // healthy says whether the coordinator knows every one of ids as HEALTHY.
@@ -185,7 +193,7 @@ func (r *runner) pollAdmin(ctx context.Context, coord *node, limit time.Duration
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("drain: not %s after %v", what, limit)
+			return fmt.Errorf("not %s after %v", what, limit)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

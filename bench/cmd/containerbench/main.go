@@ -26,6 +26,17 @@
 //     the leader killed with SIGKILL three times (and started again),
 //     timed until a standby answers `admin status` as the leader, against
 //     --leader-lease (target ≤ 10 s).
+//   - ec-recovery, ec-read, ec-rss (-only ec: all three): a cluster of
+//     twelve nodes on four racks and an ec:rs-6-3-1024k container encoded
+//     into nine indexes: the bytes every node sends (its /metrics) to
+//     recover one lost index by copy (decommission) and by reconstruction
+//     (kill), per byte of the index, in push and pull mode, against the
+//     container's bytes; `container get --cluster` of a 256 MiB block
+//     with 1 and 3 data index holders killed against all up; the
+//     allocated bytes on disk of the nine indexes against replica:3 of the
+//     same file; the peak RSS of the nodes reconstructing three indexes
+//     of a 6 GiB container, in push and pull mode (target ≤ 256 MiB),
+//     against an idle node's RSS.
 //
 // Caches are dropped before every timed run (root), the runs of a row and
 // of its baselines are interleaved, and the table shows medians. It needs
@@ -64,6 +75,10 @@ type config struct {
 	drainSize       int64    // drain: bytes the decommissioning node holds
 	drainFiles      int      // drain: files they are put as
 	drainContainers int      // drain: containers they are put into
+	ecRecoverySize  int64    // ec-recovery: bytes of the EC container losing an index
+	ecReadSize      int64    // ec-read: bytes of the block read (and stored)
+	ecRSSSize       int64    // ec-rss: bytes of the container reconstructed
+	ecRSSLimit      int64    // ec-rss: the target, bytes
 	reps            int      // timed runs of each workload and baseline
 	cold            bool     // sync and drop_caches before every run
 	only            map[string]bool
@@ -76,6 +91,7 @@ func defaultConfig() config {
 		compressions: []string{"gzip", "snappy", "lz4", "zstd"},
 		rssSize:      4 << 30, rssFiles: 64, rssLimit: 100 << 20,
 		drainSize: 2 << 30, drainFiles: 64, drainContainers: 16,
+		ecRecoverySize: 768 << 20, ecReadSize: 256 << 20, ecRSSSize: 6 << 30, ecRSSLimit: 256 << 20,
 		reps: 3, cold: true,
 	}
 }
@@ -86,11 +102,15 @@ func quickConfig() config {
 	c.compSize, c.compFiles = 32<<20, 4
 	c.rssSize, c.rssFiles = 256<<20, 8
 	c.drainSize = 192 << 20
+	c.ecRecoverySize, c.ecReadSize, c.ecRSSSize = 96<<20, 32<<20, 512<<20
 	c.reps = 1
 	return c
 }
 
-var phases = []string{"push", "compression", "rss", "drain", "failover"}
+var phases = []string{"push", "compression", "rss", "drain", "failover", "ec-recovery", "ec-read", "ec-rss"}
+
+// phaseGroups are names -only takes for several phases.
+var phaseGroups = map[string][]string{"ec": {"ec-recovery", "ec-read", "ec-rss"}}
 
 type options struct {
 	cfg      config
@@ -128,7 +148,7 @@ func parseFlags(args []string) (options, error) {
 	fl := flag.NewFlagSet("containerbench", flag.ContinueOnError)
 	def := defaultConfig()
 	cfg := def
-	quick := fl.Bool("quick", false, "smoke run: 64 MiB push, 32 MiB compression, 256 MiB RSS push, 1 run each (explicit flags still apply)")
+	quick := fl.Bool("quick", false, "smoke run: 64 MiB push, 32 MiB compression, 256 MiB RSS push, EC 96 MiB recovery, 32 MiB read, 512 MiB RSS, 1 run each (explicit flags still apply)")
 	fl.Var(sizeFlag{&cfg.pushSize}, "push-size", "data of the pushed container (1GiB)")
 	fl.IntVar(&cfg.pushFiles, "push-files", def.pushFiles, "files the pushed container's data is put as")
 	fl.Var(sizeFlag{&cfg.compSize}, "compression-size", "JSON lines of the compression workload (256MiB)")
@@ -141,9 +161,13 @@ func parseFlags(args []string) (options, error) {
 	fl.Var(sizeFlag{&cfg.drainSize}, "drain-size", "data on the decommissioning node of the drain workload (2GiB; the issue's 10GiB needs 6× that on disk per run)")
 	fl.IntVar(&cfg.drainFiles, "drain-files", def.drainFiles, "files that data is put as")
 	fl.IntVar(&cfg.drainContainers, "drain-containers", def.drainContainers, "containers those files go into (a divisor of --drain-files)")
+	fl.Var(sizeFlag{&cfg.ecRecoverySize}, "ec-recovery-size", "data of the EC container losing an index (768MiB; a multiple of the 6 MiB stripe and of 8 files)")
+	fl.Var(sizeFlag{&cfg.ecReadSize}, "ec-read-size", "the block read from the EC cluster, and stored as EC and replica:3 (256MiB)")
+	fl.Var(sizeFlag{&cfg.ecRSSSize}, "ec-rss-size", "data of the EC container whose 3 indexes are reconstructed while RSS is watched (6GiB; needs about 4× that on disk)")
+	fl.Var(sizeFlag{&cfg.ecRSSLimit}, "ec-rss-limit", "the peak RSS target of a reconstructing node (256MiB)")
 	fl.IntVar(&cfg.reps, "reps", def.reps, "timed runs of each workload and baseline (the table shows the median)")
 	noCold := fl.Bool("no-drop-caches", false, "do not sync and drop caches before runs")
-	only := fl.String("only", strings.Join(phases, ","), "workloads to run: "+strings.Join(phases, ", "))
+	only := fl.String("only", strings.Join(phases, ","), "workloads to run: "+strings.Join(phases, ", ")+" (ec: the three EC ones)")
 	dir := fl.String("dir", "", "work directory (default .bench/container at the module root)")
 	replicad := fl.String("replicad", "", "replicad binary (default: build ./cmd/replicad into .bench/)")
 	keep := fl.Bool("keep", false, "keep the work directory")
@@ -163,6 +187,9 @@ func parseFlags(args []string) (options, error) {
 		keepSet("compression-size", &cfg.compSize, q.compSize)
 		keepSet("rss-size", &cfg.rssSize, q.rssSize)
 		keepSet("drain-size", &cfg.drainSize, q.drainSize)
+		keepSet("ec-recovery-size", &cfg.ecRecoverySize, q.ecRecoverySize)
+		keepSet("ec-read-size", &cfg.ecReadSize, q.ecReadSize)
+		keepSet("ec-rss-size", &cfg.ecRSSSize, q.ecRSSSize)
 		for name, p := range map[string][2]*int{
 			"push-files": {&cfg.pushFiles, &q.pushFiles}, "compression-files": {&cfg.compFiles, &q.compFiles},
 			"rss-files": {&cfg.rssFiles, &q.rssFiles}, "reps": {&cfg.reps, &q.reps},
@@ -182,8 +209,14 @@ func parseFlags(args []string) (options, error) {
 	cfg.only = map[string]bool{}
 	for _, p := range strings.Split(*only, ",") {
 		p = strings.TrimSpace(p)
+		if group, ok := phaseGroups[p]; ok {
+			for _, g := range group {
+				cfg.only[g] = true
+			}
+			continue
+		}
 		if !contains(phases, p) {
-			return options{}, fmt.Errorf("--only %q: want some of %s", p, strings.Join(phases, ", "))
+			return options{}, fmt.Errorf("--only %q: want some of %s, or ec", p, strings.Join(phases, ", "))
 		}
 		cfg.only[p] = true
 	}
@@ -192,6 +225,12 @@ func parseFlags(args []string) (options, error) {
 	}
 	if cfg.drainContainers < 1 || cfg.drainFiles%cfg.drainContainers != 0 {
 		return options{}, fmt.Errorf("--drain-containers %d must be a positive divisor of --drain-files %d", cfg.drainContainers, cfg.drainFiles)
+	}
+	if cfg.ecRecoverySize%(ecStripe*ecRecoveryFiles) != 0 {
+		return options{}, fmt.Errorf("--ec-recovery-size must be a multiple of %s (the 6 MiB stripe × %d files)", bench.Size(ecStripe*ecRecoveryFiles), ecRecoveryFiles)
+	}
+	if cfg.ecRSSSize%int64(cfg.ecRSSFiles()) != 0 {
+		return options{}, fmt.Errorf("--ec-rss-size must split evenly into %d files", cfg.ecRSSFiles())
 	}
 	for _, s := range []struct {
 		name        string
@@ -285,7 +324,8 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	for _, phase := range []struct {
 		name string
 		run  func(context.Context) []*bench.ReplRow
-	}{{"push", r.pushRows}, {"compression", r.compressionRows}, {"rss", r.rssRows}, {"drain", r.drainRows}, {"failover", r.failoverRows}} {
+	}{{"push", r.pushRows}, {"compression", r.compressionRows}, {"rss", r.rssRows}, {"drain", r.drainRows}, {"failover", r.failoverRows},
+		{"ec-recovery", r.ecRecoveryRows}, {"ec-read", r.ecReadRows}, {"ec-rss", r.ecRSSRows}} {
 		if ctx.Err() != nil {
 			break
 		}
@@ -306,7 +346,10 @@ const legend = "Values are medians of the runs. MB/s is 10^6 bytes of container 
 	"from the start of `replicad container replicate` (or of the baseline's command) until it returns with the " +
 	"data durable at the target. Ratios are replicad÷baseline, so ≥ 1 means replicad is at least as fast. " +
 	"RSS rows: the highest of VmHWM (reset before the push) and VmRSS sampled every 50 ms, in MiB, lower is better. " +
-	"Failover: seconds from the leader's SIGKILL until a standby answers `admin status` as the leader; its ratio is lease÷failover."
+	"Failover: seconds from the leader's SIGKILL until a standby answers `admin status` as the leader; its ratio is lease÷failover. " +
+	"EC rows: B/B is bytes per byte (sent per byte of the lost index; on disk per byte of data), lower is better, the ratio baseline÷value; " +
+	"degraded reads are MB/s of the block from the start of `container get --cluster` until it exits with the block written and checked; " +
+	"EC RSS is the highest VmHWM (reset before the kill) of the reconstructing nodes, in MiB."
 
 // cold makes the next run start with cold caches, if asked to.
 func (r *runner) cold() { bench.Settle(r.cfg.cold, r.logf) }

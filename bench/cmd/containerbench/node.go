@@ -18,11 +18,13 @@ import (
 
 // node is one `replicad serve` process with its volume.
 type node struct {
-	name   string
-	addr   string
-	volume string
-	p      *bench.Proc
-	client *peer.Client // for polling; the measured work goes through the CLI
+	name    string
+	addr    string
+	volume  string
+	extra   []string // serve's flags beyond --listen, --node-id, --volume
+	metrics string   // the --metrics address, if it has one
+	p       *bench.Proc
+	client  *peer.Client // for polling; the measured work goes through the CLI
 }
 
 // checkCLI makes sure the binary has the container commands.
@@ -37,11 +39,17 @@ func (r *runner) checkCLI(ctx context.Context) error {
 // serve starts `replicad serve` for node name on a free loopback port with
 // one volume and waits until it answers.
 func (r *runner) serve(ctx context.Context, name, volume string, extra ...string) (*node, error) {
-	if err := os.MkdirAll(volume, 0o755); err != nil {
-		return nil, err
-	}
 	addr, err := freeAddr()
 	if err != nil {
+		return nil, err
+	}
+	return r.serveAt(ctx, name, addr, volume, extra...)
+}
+
+// serveAt is serve on addr: a node started again keeps its address, which
+// its peers and the coordinator know it by.
+func (r *runner) serveAt(ctx context.Context, name, addr, volume string, extra ...string) (*node, error) {
+	if err := os.MkdirAll(volume, 0o755); err != nil {
 		return nil, err
 	}
 	argv := append([]string{r.replicad, "serve", "--listen", addr, "--node-id", name, "--volume", volume}, extra...)
@@ -54,7 +62,12 @@ func (r *runner) serve(ctx context.Context, name, volume string, extra ...string
 		p.Stop()
 		return nil, err
 	}
-	n := &node{name: name, addr: addr, volume: volume, p: p, client: client}
+	n := &node{name: name, addr: addr, volume: volume, extra: extra, p: p, client: client}
+	for i, f := range extra {
+		if f == "--metrics" && i+1 < len(extra) {
+			n.metrics = extra[i+1]
+		}
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := client.List(ctx)
@@ -80,6 +93,24 @@ func (n *node) pid() int { return n.p.Cmd.Process.Pid }
 func (n *node) stop() {
 	n.client.Close()
 	n.p.Stop()
+}
+
+// kill9 ends the node with SIGKILL, as a crash would, and waits until it
+// is gone.
+func (n *node) kill9() {
+	n.client.Close()
+	n.p.Cmd.Process.Kill()
+	<-n.p.Done()
+}
+
+// alive says whether the node's process still runs.
+func (n *node) alive() bool {
+	select {
+	case <-n.p.Done():
+		return false
+	default:
+		return true
+	}
 }
 
 // fill puts files into n's open container with `replicad container put`
