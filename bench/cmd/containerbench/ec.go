@@ -717,15 +717,15 @@ func (r *runner) ecRSSRun(ctx context.Context, cl *ecCluster, d container.Descri
 		}
 	}
 	peak = hwm[highest]
+	commands := "one per index"
 	if mode == "push" {
 		idx := float64(size) / ecData
-		n := (float64(moved)/idx - 3) / (ecData - 1)
-		resetInfo = append(resetInfo, fmt.Sprintf("bytes sent imply %.1f Reconstruct command(s)", n))
+		commands = fmt.Sprintf("%.1f implied by the bytes sent", (float64(moved)/idx-3)/(ecData-1))
 	}
-	r.logf("[%s] 3 indexes of %d (%v) reconstructed by %v in %v, %d bytes sent (%.2f× the container); RSS at the reset: %v; peak RSS of any node %.0f MiB (%s), idle %.0f MiB",
-		phase, d.ID, victims, builders, took.Round(time.Millisecond), moved, float64(moved)/float64(size), resetInfo, float64(peak)/mib, highest, float64(cl.idle)/mib)
-	r.notes = append(r.notes, fmt.Sprintf("EC peak RSS, %s mode: %v reconstructed 3 indexes of %s in %v from the kill (%.0f MB/s of rebuilt index; DEAD after 2 s), %.2f× the container sent; VmHWM was reset to VmRSS (%v) before; the highest VmHWM of any node was %s's, %.0f MiB",
-		mode, builders, bench.Size(size), took.Round(time.Second), float64(3*size/ecData)/1e6/took.Seconds(), float64(moved)/float64(size), resetInfo, highest, float64(hwm[highest])/mib))
+	r.logf("[%s] 3 indexes of %d (%v) reconstructed by %v in %v, %d bytes sent (%.2f× the container; Reconstruct commands: %s); RSS at the reset: %v; peak RSS of any node %.0f MiB (%s), idle %.0f MiB",
+		phase, d.ID, victims, builders, took.Round(time.Millisecond), moved, float64(moved)/float64(size), commands, resetInfo, float64(peak)/mib, highest, float64(cl.idle)/mib)
+	r.notes = append(r.notes, fmt.Sprintf("EC peak RSS, %s mode: %v reconstructed 3 indexes of %s in %v from the kill (%.0f MB/s of rebuilt index; DEAD after 2 s), %.2f× the container sent (Reconstruct commands: %s); VmHWM was reset to VmRSS (%v) before; the highest VmHWM of any node was %s's, %.0f MiB",
+		mode, builders, bench.Size(size), took.Round(time.Second), float64(3*size/ecData)/1e6/took.Seconds(), float64(moved)/float64(size), commands, resetInfo, highest, float64(hwm[highest])/mib))
 	for _, v := range victims {
 		if err := r.restart(ctx, cl, cl.byName[v]); err != nil {
 			return 0, err
