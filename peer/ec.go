@@ -169,9 +169,10 @@ func (s *Server) Reconstruct(ctx context.Context, id uint64, sources, targets []
 	src := &cellSource{s: s, es: es, id: id, addrs: map[int]string{}}
 	defer src.close()
 	var avail []int
-	if d, err := s.store.Descriptor(id); err == nil && d.ReplicaIndex > 0 && d.State == container.Closed {
-		src.local = d.ReplicaIndex
-		avail = append(avail, d.ReplicaIndex)
+	own, err := s.store.Descriptor(id)
+	if err == nil && own.ReplicaIndex > 0 && own.State == container.Closed {
+		src.local = own.ReplicaIndex
+		avail = append(avail, own.ReplicaIndex)
 	}
 	for _, e := range sources {
 		if e.Index == src.local {
@@ -182,7 +183,7 @@ func (s *Server) Reconstruct(ctx context.Context, id uint64, sources, targets []
 			avail = append(avail, e.Index)
 		}
 	}
-	desc, meta, err := src.meta(ctx, sources)
+	desc, meta, err := src.meta(ctx, own, sources)
 	if err != nil {
 		return fmt.Errorf("reconstruct container %d: %w", id, err)
 	}
@@ -286,15 +287,12 @@ func (c *cellSource) ReadCells(ctx context.Context, index int, first, n int64) (
 }
 
 // meta returns the descriptor and container.db of an index replica: this
-// node's own, else the first source's that delivers.
-func (c *cellSource) meta(ctx context.Context, sources []Endpoint) (container.Descriptor, io.ReadCloser, error) {
+// node's own (own, when it holds one), else the first source's that
+// delivers.
+func (c *cellSource) meta(ctx context.Context, own container.Descriptor, sources []Endpoint) (container.Descriptor, io.ReadCloser, error) {
 	if c.local > 0 {
-		d, err := c.s.store.Descriptor(c.id)
-		if err != nil {
-			return d, nil, err
-		}
 		rc, _, err := c.es.OpenMeta(c.id)
-		return d, rc, err
+		return own, rc, err
 	}
 	var errs []error
 	for _, e := range sources {

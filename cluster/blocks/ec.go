@@ -12,6 +12,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/ec"
+	"github.com/cmfs-project/cmfs/peer"
 	"github.com/cmfs-project/cmfs/repl"
 )
 
@@ -26,7 +27,7 @@ const readPiece = 4 << 20
 // holds, and ec.Reader reads the data cells, decoding from any D good
 // indexes when some are missing or corrupt.
 func (f *Fetcher) fetchEC(ctx context.Context, nodes []Node, b container.BlockID) (io.ReadCloser, error) {
-	var loc *locationAt
+	var loc *peer.Location
 	for _, n := range nodes {
 		c, err := f.client(ctx, n.Addr)
 		if err != nil {
@@ -36,19 +37,19 @@ func (f *Fetcher) fetchEC(ctx context.Context, nodes []Node, b container.BlockID
 		locs, err := c.Locate(actx, b)
 		cancel()
 		if err == nil && len(locs) > 0 {
-			loc = &locationAt{off: locs[0].Offset, id: locs[0].Container}
+			loc = &locs[0]
 			break
 		}
 	}
 	if loc == nil {
 		return nil, errNotEC
 	}
-	infos := f.ecInfos(ctx, nodes, loc.id)
+	infos := f.ecInfos(ctx, nodes, loc.Container)
 	if len(infos) == 0 {
-		return nil, fmt.Errorf("EC container %d: no node describes its indexes", loc.id)
+		return nil, fmt.Errorf("EC container %d: no node describes its indexes", loc.Container)
 	}
 	l, t := infos[0].info.Layout, infos[0].info.Table
-	src := &cellSource{f: f, id: loc.id, addrs: map[int]string{}}
+	src := &cellSource{f: f, id: loc.Container, addrs: map[int]string{}}
 	var avail []int
 	for _, x := range infos {
 		i := x.info.Descriptor.ReplicaIndex
@@ -61,16 +62,11 @@ func (f *Fetcher) fetchEC(ctx context.Context, nodes []Node, b container.BlockID
 		}
 	}
 	slices.Sort(avail)
-	if loc.off < 0 || loc.off+b.Size > l.Size {
-		return nil, fmt.Errorf("EC container %d: block %s at %d lies outside its %d bytes: %w", loc.id, b, loc.off, l.Size, container.ErrCorrupt)
+	if loc.Offset < 0 || loc.Offset+b.Size > l.Size {
+		return nil, fmt.Errorf("EC container %d: block %s at %d lies outside its %d bytes: %w", loc.Container, b, loc.Offset, l.Size, container.ErrCorrupt)
 	}
-	r := &ecBlockReader{ctx: ctx, r: ec.NewReader(l, t, src, avail), off: loc.off, left: b.Size, b: b, h: xxhash.New()}
+	r := &ecBlockReader{ctx: ctx, r: ec.NewReader(l, t, src, avail), off: loc.Offset, left: b.Size, b: b, h: xxhash.New()}
 	return r, nil
-}
-
-type locationAt struct {
-	id  uint64
-	off int64
 }
 
 type nodeInfo struct {

@@ -29,6 +29,7 @@ const DefaultFullEvery = 10
 // *container.Store is the one implementation outside tests.
 type Containers interface {
 	List() []container.Descriptor
+	Descriptor(id uint64) (container.Descriptor, error)
 	Delete(id uint64) error
 	Volumes() []container.VolumeInfo
 	// Prune forgets containers whose directory is gone; see
@@ -317,12 +318,10 @@ func (a *Agent) run(ctx context.Context, cmd *clusterpb.Command) error {
 		_, err := job.Wait(ctx)
 		return err
 	case clusterpb.Kind_DELETE:
-		for _, d := range a.cfg.Containers.List() {
-			if d.ID == cmd.ContainerId && d.ReplicaIndex != int(cmd.Index) {
-				// The replica here is another index than the one the
-				// coordinator meant to remove: its view is behind.
-				return fmt.Errorf("delete container %d index %d: this node holds index %d", cmd.ContainerId, cmd.Index, d.ReplicaIndex)
-			}
+		if d, err := a.cfg.Containers.Descriptor(cmd.ContainerId); err == nil && d.ReplicaIndex != int(cmd.Index) {
+			// The replica here is another index than the one the
+			// coordinator meant to remove: its view is behind.
+			return fmt.Errorf("delete container %d index %d: this node holds index %d", cmd.ContainerId, cmd.Index, d.ReplicaIndex)
 		}
 		err := a.cfg.Containers.Delete(cmd.ContainerId)
 		if errors.Is(err, container.ErrNotFound) {
