@@ -122,7 +122,9 @@ func (s *Store) refresh(name, path string, move bool) error {
 		r = &nr
 	}
 	nr := *r
-	nr.refreshed = s.sys.now().UnixNano()
+	// Later than the first preservation, even at the same clock reading:
+	// DropUnused tells a shared entry by refreshed ≠ preserved.
+	nr.refreshed = max(s.sys.now().UnixNano(), r.preserved+1)
 	if err := s.put(name, &nr); err != nil {
 		return err
 	}

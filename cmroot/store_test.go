@@ -976,3 +976,40 @@ func TestPreserveCopyOf(t *testing.T) {
 		t.Fatal("PreserveCopyOf accepted a malformed checksum")
 	}
 }
+
+// TestDropUnused: a copy nobody else came to share is dropped; one a
+// later preservation deduplicated onto is kept (I2), even when both
+// happened at the same clock reading.
+func TestDropUnused(t *testing.T) {
+	clk := &clock{now: time.Unix(1_000_000, 0)}
+	s := newTestStore(t, func(o *sysOps) { o.now = clk.Now })
+	dir := t.TempDir()
+	content := []byte("taken ahead")
+	a, sum := writeFile(t, dir, "a", content)
+	name, created, err := s.Preserve(a, sum, int64(len(content)), false)
+	if err != nil || !created {
+		t.Fatalf("Preserve = %v, %v", created, err)
+	}
+	if dropped, err := s.DropUnused(name); err != nil || !dropped {
+		t.Fatalf("DropUnused of an unshared copy = %v, %v; want dropped", dropped, err)
+	}
+	if _, err := s.Lookup(name); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Lookup after the drop: %v, want ErrNotFound", err)
+	}
+
+	// Shared at the very same instant (the clock does not move).
+	name, _, err = s.Preserve(a, sum, int64(len(content)), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := writeFile(t, dir, "b", content)
+	if _, created, err := s.Preserve(b, sum, int64(len(content)), true); err != nil || created {
+		t.Fatalf("dedup Preserve = %v, %v", created, err)
+	}
+	if dropped, err := s.DropUnused(name); err != nil || dropped {
+		t.Fatalf("DropUnused of a shared entry = %v, %v; want kept", dropped, err)
+	}
+	if _, err := s.Lookup(name); err != nil {
+		t.Errorf("the shared entry is gone: %v", err)
+	}
+}
