@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,24 @@ type Options struct {
 	// DefaultReserve, less than 128 KiB means 128 KiB.
 	Reserve int64
 
+	// Sync says when an Append's events are durable: SyncAlways (the
+	// zero value) or SyncInterval, flushed within Interval (0 means
+	// DefaultInterval).
+	Sync     SyncMode
+	Interval time.Duration
+	// WALSegment is the size of each of the WAL's two segments when Open
+	// creates it; 0 means DefaultWALSegment. An existing WAL keeps its own.
+	WALSegment int64
+	// CheckTail is called by a writable Open when the WAL holds events
+	// whose group's flush was never confirmed — at most the last group
+	// under SyncAlways, the last interval's under SyncInterval — so
+	// that what they name may not have reached the disk before a power
+	// loss. tail holds those events in id order, bounds[i] is where
+	// group i ends in tail (the last is len(tail)); it returns how many
+	// to keep, 0 or one of bounds, and the rest are dropped as if never
+	// written (none was ever shown to a reader). nil keeps them all.
+	CheckTail func(tail []*Event, bounds []int) int
+
 	// fallocate replaces the system call, for tests.
 	fallocate func(fd int, mode uint32, off, size int64) error
 }
@@ -83,9 +102,34 @@ type Log struct {
 	opts Options
 	db   *bolt.DB // nil when read-only: each call opens its own handle
 
-	last    atomic.Uint64 // newest committed id (read-only: newest seen)
+	last    atomic.Uint64 // newest durable id, what readers see (read-only: newest seen)
 	first   uint64        // last at Open
-	commits atomic.Uint64 // commits since Open
+	commits atomic.Uint64 // flushes that made events durable, since Open
+
+	// The WAL (wal.go) and what lies behind it (apply.go, sync.go).
+	wal       *wal
+	written   atomic.Uint64 // newest id written to the WAL
+	applied   atomic.Uint64 // newest id bbolt holds
+	mem       memTail       // events written, not yet in bbolt
+	groupSeg  int           // where the group being written began (writer)
+	groupOff  int64
+	failed    atomic.Pointer[error] // a background flush failed
+	applyErr  atomic.Pointer[error] // the applier's last failure
+	applyCh   chan struct{}         // wakes the applier
+	stopApply chan struct{}
+	applyDone chan struct{}
+	appliedMu sync.Mutex
+	appliedCh chan struct{} // closed and replaced when applied moves
+
+	syncMu      sync.Mutex // one background flush at a time
+	pendMu      sync.Mutex
+	pendFns     []func() error // SyncInterval: flushes not yet run
+	dirty       chan struct{}  // wakes the flusher
+	stopFlush   chan struct{}
+	flusherDone chan struct{}
+
+	groups, walSyncs, applies atomic.Uint64
+	flushTime                 latency
 
 	// mu orders Close after every Append that is handing a request to the
 	// writer, so that no request is queued after the writer stops.
@@ -102,6 +146,13 @@ type Log struct {
 	notify   chan struct{} // closed and replaced after every commit
 
 	w writer // owned by the writer goroutine
+
+	recovered WALRecovery
+
+	// A read-only Log's view of the WAL (loadWAL).
+	walMu   sync.Mutex
+	walKey  string
+	walLast uint64
 
 	res      *reserve
 	hwm      atomic.Int64 // bbolt's high-water mark after the last commit
@@ -196,13 +247,142 @@ func Open(path string, opts Options) (*Log, error) {
 	l.hwm.Store(hwm)
 	l.pageSize = db.Info().PageSize
 	l.db = db
+	if opts.WALSegment <= 0 {
+		opts.WALSegment = DefaultWALSegment
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultInterval
+	}
+	l.opts = opts
+	if last, err = l.recoverWAL(last); err != nil {
+		res.close()
+		db.Close()
+		return nil, fmt.Errorf("open journal %s: %w", path, err)
+	}
 	l.last.Store(last)
+	l.written.Store(last)
+	l.applied.Store(last)
 	l.first = last
 	l.reqs = make(chan *request, opts.MaxBatch)
 	l.stopped = make(chan struct{})
+	l.applyCh = make(chan struct{}, 1)
+	l.stopApply = make(chan struct{})
+	l.applyDone = make(chan struct{})
+	l.appliedCh = make(chan struct{})
+	go l.applyLoop()
+	if opts.Sync == SyncInterval {
+		l.dirty = make(chan struct{}, 1)
+		l.stopFlush = make(chan struct{})
+		l.flusherDone = make(chan struct{})
+		go l.flushLoop()
+	}
 	go l.run()
 	return l, nil
 }
+
+// recoverWAL opens the WAL (creating it if missing), puts the events it
+// holds beyond bbolt's newest id, base, into bbolt — after CheckTail has
+// judged those whose flush was never confirmed — and empties it. It
+// returns the newest id.
+func (l *Log) recoverWAL(base uint64) (uint64, error) {
+	w, durable, err := openWAL(walPath(l.path), l.opts.WALSegment, false)
+	if err != nil {
+		return 0, fmt.Errorf("WAL: %w", err)
+	}
+	l.wal = w
+	recs, err := w.scan(base)
+	if err != nil {
+		w.close()
+		return 0, err
+	}
+	var events [][]byte
+	var bounds []int
+	first := base + 1
+	for _, r := range recs {
+		durable = max(durable, r.durable)
+		events = append(events, r.events...)
+		bounds = append(bounds, len(events))
+	}
+	// Events through durable had their flush confirmed; the rest are the
+	// unverified tail.
+	keep := len(events)
+	if durable < base+uint64(len(events)) && l.opts.CheckTail != nil {
+		skip := 0
+		if durable > base {
+			skip = int(durable - base)
+		}
+		var tail []*Event
+		for i, v := range events[skip:] {
+			e, err := decodeRecord(first+uint64(skip+i), v)
+			if err != nil {
+				w.close()
+				return 0, fmt.Errorf("WAL: %w", err)
+			}
+			tail = append(tail, e)
+		}
+		var tb []int
+		for _, b := range bounds {
+			if b > skip {
+				tb = append(tb, b-skip)
+			}
+		}
+		k := l.opts.CheckTail(tail, tb)
+		if k != 0 && !slices.Contains(tb, k) {
+			k = len(tail) // not a group's end: keep all rather than guess
+		}
+		keep = skip + k
+	}
+	for i, v := range events[:keep] {
+		if _, err := decodeRecord(first+uint64(i), v); err != nil {
+			w.close()
+			return 0, fmt.Errorf("WAL: %w", err)
+		}
+	}
+	last := base
+	if keep > 0 {
+		l.applied.Store(base)
+		l.pageSize = l.db.Info().PageSize
+		for i := 0; i < keep; i += applyChunk {
+			chunk := events[i:min(keep, i+applyChunk)]
+			err := l.db.Update(func(tx *bolt.Tx) error {
+				b := tx.Bucket(eventsBucket)
+				b.FillPercent = 1.0
+				var key [keyLen]byte
+				for j, v := range chunk {
+					putKey(key[:], first+uint64(i+j))
+					if err := b.Put(key[:], v); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				w.close()
+				return 0, fmt.Errorf("apply the WAL: %w", err)
+			}
+		}
+		last = base + uint64(keep)
+		var hwm int64
+		l.db.View(func(tx *bolt.Tx) error { hwm = tx.Size(); return nil })
+		l.hwm.Store(hwm)
+		l.res.refill(hwm)
+	}
+	l.recovered = WALRecovery{Replayed: keep, Dropped: len(events) - keep}
+	if err := w.reset(last); err != nil {
+		w.close()
+		return 0, fmt.Errorf("WAL: reset: %w", err)
+	}
+	return last, nil
+}
+
+// WALRecovery is what a writable Open found in the WAL.
+type WALRecovery struct {
+	Replayed int // events put into bbolt
+	Dropped  int // events of the unverified tail CheckTail dropped
+}
+
+// Recovered says what Open found in the WAL.
+func (l *Log) Recovered() WALRecovery { return l.recovered }
 
 // lockTimeout translates Options.LockTimeout to bbolt, where 0 means wait
 // forever and any positive timeout still tries the lock once.
@@ -362,8 +542,65 @@ func (l *Log) readLast() (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if n := l.loadWAL(last); n > last {
+		last = n
+	}
 	l.last.Store(last)
 	return last, nil
+}
+
+// loadWAL brings a read-only Log's copy of the WAL's events beyond base
+// (bbolt's newest) up to date, and returns the newest of them whose flush
+// was confirmed (base when there is none). Events a dead writer left in
+// the WAL are shown once their flush was confirmed; the unverified tail
+// waits for the next writable Open to judge it.
+func (l *Log) loadWAL(base uint64) uint64 {
+	p := walPath(l.path)
+	fi, err := os.Stat(p)
+	if err != nil {
+		l.mem.cut(0)
+		return base
+	}
+	key := fmt.Sprint(fi.ModTime().UnixNano(), fi.Size(), base)
+	l.walMu.Lock()
+	defer l.walMu.Unlock()
+	if key == l.walKey {
+		return l.walLast
+	}
+	l.walKey, l.walLast = key, base
+	l.mem.cut(0)
+	w, durable, err := openWAL(p, 0, true)
+	if err != nil {
+		return base
+	}
+	defer w.close()
+	recs, err := w.scan(base)
+	if err != nil {
+		return base
+	}
+	for _, r := range recs {
+		durable = max(durable, r.durable)
+	}
+	id := base
+	for _, r := range recs {
+		n := len(r.events)
+		if r.first+uint64(n)-1 > durable {
+			n = int(max(int64(durable)-int64(r.first)+1, 0))
+		}
+		if n == 0 {
+			break
+		}
+		ends := make([]int, n)
+		var arena []byte
+		for i, v := range r.events[:n] {
+			arena = append(arena, v...)
+			ends[i] = len(arena)
+		}
+		l.mem.add(r.first, arena, ends)
+		id = r.first + uint64(n) - 1
+	}
+	l.walLast = id
+	return id
 }
 
 // Append assigns the next ids and the current time (where Time is zero) to
@@ -379,6 +616,18 @@ func (l *Log) readLast() (uint64, error) {
 // ErrNoSpace (wrapped; the batch did not fit in what the file system has
 // left, nothing was written), or the commit's error.
 func (l *Log) Append(ctx context.Context, events ...*Event) error {
+	return l.AppendFlush(ctx, nil, events...)
+}
+
+// AppendFlush is Append with flush, which makes durable what the events
+// name (the content they give paths, the originals they keep, the
+// directories they change). The writer runs it at the same time as the
+// WAL's own sync, in the same group, so that one wait covers both; under
+// SyncInterval it runs with the next background flush. If flush fails
+// under SyncAlways, these events are taken back (the group is written
+// again without them) and AppendFlush returns its error; nothing of them
+// is journaled. flush must not call the Log.
+func (l *Log) AppendFlush(ctx context.Context, flush func() error, events ...*Event) error {
 	if l.db == nil {
 		return ErrReadOnly
 	}
@@ -397,6 +646,7 @@ func (l *Log) Append(ctx context.Context, events ...*Event) error {
 		return nil
 	}
 	r := newRequest(events)
+	r.flush = flush
 	l.inflight.Add(1)
 	defer l.inflight.Add(-1)
 	l.mu.RLock()
@@ -463,8 +713,15 @@ func (l *Log) Range(from, to uint64, fn func(*Event) error) error {
 	if from == 0 {
 		from = 1
 	}
+	// Readers see durable events only.
+	if last := l.Last(); to == 0 || to > last {
+		to = last
+	}
+	if l.isClosed.Load() {
+		return ErrClosed
+	}
 	buf := make([]*Event, 0, rangeChunk)
-	for to == 0 || from <= to {
+	for from <= to {
 		buf = buf[:0]
 		err := l.view(func(tx *bolt.Tx) error {
 			b := tx.Bucket(eventsBucket)
@@ -472,12 +729,6 @@ func (l *Log) Range(from, to uint64, fn func(*Event) error) error {
 				return nil
 			}
 			c := b.Cursor()
-			if to == 0 {
-				k, _ := c.Last()
-				if to = keyID1(k); to == 0 {
-					return nil
-				}
-			}
 			var key [keyLen]byte
 			putKey(key[:], from)
 			want := from
@@ -504,13 +755,27 @@ func (l *Log) Range(from, to uint64, fn func(*Event) error) error {
 		if err != nil {
 			return l.named(err)
 		}
+		if len(buf) == 0 {
+			// Beyond bbolt: the events still in memory.
+			recs, first := l.mem.get(from, to, rangeChunk)
+			if first == 0 {
+				if l.db != nil && l.applied.Load() >= from {
+					continue // applied meanwhile: bbolt has it now
+				}
+				return l.named(fmt.Errorf("event %d: missing, the log ends at %d: %w", from, to, ErrCorrupt))
+			}
+			for i, v := range recs {
+				e, err := decodeRecord(first+uint64(i), v)
+				if err != nil {
+					return l.named(err)
+				}
+				buf = append(buf, e)
+			}
+		}
 		for _, e := range buf {
 			if err := fn(e); err != nil {
 				return err
 			}
-		}
-		if len(buf) < rangeChunk {
-			return nil
 		}
 		from += uint64(len(buf))
 	}
@@ -529,6 +794,11 @@ func (l *Log) Get(id uint64) (*Event, error) {
 			var key [keyLen]byte
 			putKey(key[:], id)
 			v = b.Get(key[:])
+		}
+		if v == nil && id > 0 && id <= l.last.Load() {
+			if recs, first := l.mem.get(id, id, 1); first == id {
+				v = recs[0]
+			}
 		}
 		if v == nil {
 			// Ids are dense: one below the newest is missing only from a
@@ -637,13 +907,33 @@ func (l *Log) Close() error {
 		return nil
 	}
 	// No Append can queue a request now; the writer drains the queue
-	// and returns.
+	// and returns; the flusher flushes what it wrote, the applier puts
+	// all of it into bbolt, and the WAL is emptied.
 	close(l.reqs)
 	<-l.stopped
+	if l.stopFlush != nil {
+		close(l.stopFlush)
+		<-l.flusherDone
+	}
+	close(l.stopApply)
+	<-l.applyDone
+	var werr error
+	if l.applied.Load() == l.written.Load() {
+		werr = l.wal.reset(l.applied.Load())
+	}
+	if err := l.wal.close(); werr == nil {
+		werr = err
+	}
 	l.isClosed.Store(true)
 	close(l.done)
 	l.res.close()
 	if err := l.db.Close(); err != nil {
+		return fmt.Errorf("close journal %s: %w", l.path, err)
+	}
+	if werr != nil {
+		return fmt.Errorf("close journal %s: WAL: %w", l.path, werr)
+	}
+	if err := l.failure(); err != nil {
 		return fmt.Errorf("close journal %s: %w", l.path, err)
 	}
 	return nil

@@ -19,6 +19,9 @@ import (
 // It reads the whole log in one read transaction. Errors: ErrCorrupt
 // (wrapped, naming the id or the damaged page), ErrClosed, ErrLocked.
 func (l *Log) Verify() error {
+	if err := l.flushAll(); err != nil {
+		return fmt.Errorf("verify journal %s: %w", l.path, err)
+	}
 	committed := l.last.Load()
 	var last uint64
 	err := l.view(func(tx *bolt.Tx) error {

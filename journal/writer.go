@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
-	bolt "go.etcd.io/bbolt"
 )
 
 // request is one Append call on its way through the writer.
@@ -18,9 +17,12 @@ type request struct {
 	// so that the writer only adds id and time: tails[ends[i-1]:ends[i]].
 	tails   []byte
 	ends    []int
-	stamped []bool     // which events got their Time from the writer
-	err     error      // set when the request fails on its own
-	done    chan error // buffered: the writer never blocks on it
+	stamped []bool // which events got their Time from the writer
+	// flush makes durable what the events name; the writer runs it
+	// beside the WAL's own sync, in the same group (AppendFlush).
+	flush func() error
+	err   error      // set when the request fails on its own
+	done  chan error // buffered: the writer never blocks on it
 }
 
 var requestPool = sync.Pool{New: func() any { return &request{done: make(chan error, 1)} }}
@@ -37,7 +39,7 @@ func newRequest(events []*Event) *request {
 
 // free returns r to the pool; only after its answer was received.
 func (r *request) free() {
-	r.events, r.err = nil, nil
+	r.events, r.err, r.flush = nil, nil, nil
 	r.tails, r.ends, r.stamped = r.tails[:0], r.ends[:0], r.stamped[:0]
 	requestPool.Put(r)
 }
@@ -122,9 +124,15 @@ func (l *Log) linger(n int) int {
 	return n
 }
 
-// commit stores the batch in one transaction and sets each request's err.
+// commit writes the batch's events to the WAL, makes them durable with the
+// flushes its requests carry (SyncAlways) or queues both for the flusher
+// (SyncInterval), and sets each request's err. bbolt receives them later,
+// from the applier.
 func (l *Log) commit(batch []*request) {
 	w := &l.w
+	if w.failed == nil {
+		w.failed = l.failure()
+	}
 	if w.failed != nil {
 		for _, r := range batch {
 			r.err = w.failed
@@ -133,7 +141,7 @@ func (l *Log) commit(batch []*request) {
 	}
 	now := time.Now().UTC()
 	w.keys, w.arena, w.ends = w.keys[:0], w.arena[:0], w.ends[:0]
-	id := l.last.Load()
+	id := l.written.Load()
 	for _, r := range batch {
 		keys, arena, ends, from := len(w.keys), len(w.arena), len(w.ends), id
 		tail := 0
@@ -159,6 +167,9 @@ func (l *Log) commit(batch []*request) {
 			w.keys = binary.BigEndian.AppendUint64(w.keys, id)
 			w.ends = append(w.ends, len(w.arena))
 		}
+		if r.err == nil && recordSize(len(r.events), len(w.arena)-arena) > l.wal.seg/4 {
+			r.err = fmt.Errorf("append: %d events of %d bytes, more than a quarter of the WAL's segment: %w", len(r.events), len(w.arena)-arena, ErrInvalid)
+		}
 		if r.err != nil {
 			// Only this request fails: take back its ids.
 			r.reset()
@@ -168,59 +179,193 @@ func (l *Log) commit(batch []*request) {
 	if len(w.ends) == 0 {
 		return
 	}
-	// The pages this commit may add must be allocated already: a commit
-	// that failed writing them would leave bbolt's outcome unknown.
-	if err := l.res.room(l.hwm.Load(), commitNeed(len(w.arena), len(w.ends), l.pageSize)); err != nil {
+	// The pages bbolt will add for these events, and for those still to
+	// be applied, must be allocated already: an apply that failed writing
+	// them would leave bbolt's outcome unknown.
+	pb, pn := l.mem.pending()
+	pn += len(w.ends)
+	need := commitNeed(pb+len(w.arena), pn, l.pageSize) + int64(pn/applyChunk*8*l.pageSize)
+	if err := l.res.room(l.hwm.Load(), need); err != nil {
+		l.fail(batch, err)
+		return
+	}
+	first := l.written.Load() + 1
+	if err := l.writeWAL(first, w.arena, w.ends); err != nil {
+		l.takeBack(first)
+		l.fail(batch, err)
+		return
+	}
+	l.mem.add(first, w.arena, w.ends)
+	l.groups.Add(1)
+	if l.opts.Sync == SyncInterval {
+		// The flusher takes the flushes and the newest id together, so
+		// it never publishes events whose flushes it did not run.
+		l.pendMu.Lock()
 		for _, r := range batch {
-			if r.err == nil {
-				r.reset()
-				r.err = err
+			if r.err == nil && r.flush != nil {
+				l.pendFns = append(l.pendFns, r.flush)
 			}
+		}
+		l.written.Store(id)
+		l.pendMu.Unlock()
+		select {
+		case l.dirty <- struct{}{}:
+		default:
 		}
 		return
 	}
-	err := l.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(eventsBucket)
-		// Keys only ever grow: fill pages completely.
-		b.FillPercent = 1.0
-		start := 0
-		for i, end := range w.ends {
-			if err := b.Put(w.keys[i*keyLen:(i+1)*keyLen], w.arena[start:end]); err != nil {
+	l.written.Store(id)
+	var fns []func() error
+	for _, r := range batch {
+		if r.err == nil && r.flush != nil {
+			fns = append(fns, r.flush)
+		}
+	}
+	errs, werr := l.flush(fns)
+	if werr != nil {
+		// The WAL's own sync failed: what is on the device is unknown.
+		w.failed = fmt.Errorf("journal: sync WAL: %w", werr)
+		l.takeBack(first)
+		l.fail(batch, w.failed)
+		return
+	}
+	var failed bool
+	k := 0
+	for _, r := range batch {
+		if r.err == nil && r.flush != nil {
+			if errs[k] != nil {
+				r.err, failed = errs[k], true
+			}
+			k++
+		}
+	}
+	if failed {
+		// What a request's events name could not be made durable: take
+		// the group back and write it again without that request.
+		if err := l.takeBack(first); err != nil {
+			w.failed = fmt.Errorf("journal: retract a group from the WAL: %w", err)
+			l.fail(batch, w.failed)
+			return
+		}
+		var rest []*request
+		for _, r := range batch {
+			if r.err != nil {
+				r.reset()
+			} else {
+				r.reset()
+				rest = append(rest, r)
+			}
+		}
+		l.commit(rest)
+		return
+	}
+	l.publish(id)
+}
+
+// fail fails every request of batch that has not failed on its own.
+func (l *Log) fail(batch []*request, err error) {
+	for _, r := range batch {
+		if r.err == nil {
+			r.reset()
+			r.err = err
+		}
+	}
+}
+
+// writeWAL writes the events (records back to back in arena, ending at
+// ends) as WAL records from id first on, starting the other segment when
+// the current one is full, and returns each record's offset.
+func (l *Log) writeWAL(first uint64, arena []byte, ends []int) error {
+	w := l.wal
+	start, at := 0, 0
+	for at < len(ends) {
+		// As many events as fit in a quarter segment go in one record.
+		n := 0
+		for at+n < len(ends) && (n == 0 || recordSize(n+1, ends[at+n]-start) <= w.seg/4) {
+			n++
+		}
+		size := recordSize(n, ends[at+n-1]-start)
+		if w.off+size > w.seg {
+			if err := l.nextSegment(); err != nil {
 				return err
 			}
-			start = end
 		}
-		return nil
-	})
-	if err != nil {
-		err = fmt.Errorf("journal commit: %w", err)
-		for _, r := range batch {
-			if r.err == nil {
-				r.reset()
-				r.err = err
-			}
+		rel := make([]int, n)
+		for i := range n {
+			rel[i] = ends[at+i] - start
 		}
-		// A commit that failed before writing its meta page left the
-		// database as it was, and the next one may try again. If the
-		// database shows anything else, the outcome is unknown: refuse
-		// every later append rather than reuse or skip ids.
-		var last uint64
-		if verr := l.db.View(func(tx *bolt.Tx) error {
-			var err error
-			last, err = lastID(tx)
+		if at == 0 {
+			l.groupSeg, l.groupOff = w.cur, w.off
+		}
+		rec := w.encode(first+uint64(at), l.last.Load(), arena[start:ends[at+n-1]], rel)
+		if _, err := w.write(rec); err != nil {
+			return fmt.Errorf("journal: write WAL: %w", err)
+		}
+		w.segLast[w.cur] = first + uint64(at+n) - 1
+		start = ends[at+n-1]
+		at += n
+	}
+	return nil
+}
+
+// nextSegment starts the other segment once bbolt holds every event it
+// has: in SyncInterval it flushes first, so those events may be applied.
+func (l *Log) nextSegment() error {
+	w := l.wal
+	other := 1 - w.cur
+	if need := w.segLast[other]; need > 0 {
+		if l.opts.Sync == SyncInterval && l.last.Load() < need {
+			l.syncPending()
+		}
+		if err := l.waitApplied(need); err != nil {
 			return err
-		}); verr != nil || last != l.last.Load() {
-			w.failed = err
 		}
+	}
+	w.start(other)
+	return nil
+}
+
+// takeBack retracts the group whose first record was written at off, in
+// the segment the group began in, and forgets its events. Nothing of it
+// was acknowledged or applied.
+func (l *Log) takeBack(first uint64) error {
+	w := l.wal
+	var err error
+	if w.cur != l.groupSeg {
+		// The group spilled into the next segment: empty that one too.
+		err = w.retract(0)
+		w.segLast[w.cur] = 0
+		w.cur = l.groupSeg
+	}
+	if rerr := w.retract(l.groupOff); err == nil {
+		err = rerr
+	}
+	w.segLast[w.cur] = 0
+	if l.groupOff > 0 {
+		w.segLast[w.cur] = first - 1
+	}
+	if err == nil && !l.opts.NoSync {
+		err = w.sync()
+	}
+	l.mem.cut(first)
+	l.written.Store(first - 1)
+	return err
+}
+
+// publish makes the events up to id visible to readers: they are durable,
+// with everything they name.
+func (l *Log) publish(id uint64) {
+	if id <= l.last.Load() {
 		return
 	}
 	l.last.Store(id)
 	l.commits.Add(1)
+	l.wal.setDurable(id)
 	l.broadcast()
-	var hwm int64
-	l.db.View(func(tx *bolt.Tx) error { hwm = tx.Size(); return nil })
-	l.hwm.Store(hwm)
-	l.res.refill(hwm)
+	select {
+	case l.applyCh <- struct{}{}:
+	default:
+	}
 }
 
 // reset undoes what the writer assigned to a request that failed.
@@ -231,6 +376,7 @@ func (r *request) reset() {
 			e.Time = time.Time{}
 		}
 	}
+	r.stamped = r.stamped[:0]
 }
 
 // noLinger turns linger off, for benchmarks that compare.

@@ -266,12 +266,28 @@ func (c *Core) emit(ctx context.Context, events ...*journal.Event) error {
 		return nil
 	}
 	hit(kind, stepApplied)
-	if err := c.flush(c.named(events)); err != nil {
-		c.settle(ks, false)
-		return err
+	// What the events name is flushed by the journal's writer, at the
+	// same time as its own sync and in the same group: one wait for both.
+	// Should it fail, the events are not journaled.
+	named := c.named(events)
+	flush := func() (err error) {
+		if err = c.flush(named); err != nil {
+			return err
+		}
+		// A test's crash at "flushed" panics here, in the journal's
+		// writer: it dies in the caller, below, its events taken back.
+		defer func() {
+			if r := recover(); r != nil {
+				err = &crashedAt{r}
+			}
+		}()
+		hit(kind, stepFlushed)
+		return nil
 	}
-	hit(kind, stepFlushed)
-	if err := c.log.Append(context.WithoutCancel(ctx), events...); err != nil {
+	if err := c.log.AppendFlush(context.WithoutCancel(ctx), flush, events...); err != nil {
+		if cr, ok := errors.AsType[*crashedAt](err); ok {
+			panic(cr.v)
+		}
 		c.settle(ks, false)
 		return fmt.Errorf("journal: %w", err)
 	}

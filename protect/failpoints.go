@@ -1,6 +1,7 @@
 package protect
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/cmfs-project/cmfs/internal/failpoint"
@@ -50,3 +51,9 @@ func hit(t journal.Type, step string) {
 		failpoint.Hit(failpointName(t, step))
 	}
 }
+
+// crashed carries a test's crash at a failpoint hit in another goroutine
+// back to the caller's, as an error.
+type crashedAt struct{ v any }
+
+func (c *crashedAt) Error() string { return fmt.Sprintf("crashed at a failpoint: %v", c.v) }
