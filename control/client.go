@@ -68,6 +68,20 @@ type Status struct {
 	LastEventID uint64 `json:"last_event_id"`
 	CMEntries   int    `json:"cm_entries"`
 	CMBytes     int64  `json:"cm_bytes"`
+	Commit      Commit `json:"commit"`
+}
+
+// Commit describes the mount's commit path (controlpb.CommitStats).
+type Commit struct {
+	Sync       string `json:"sync"`
+	Groups     uint64 `json:"groups"`
+	Events     uint64 `json:"events"`
+	Flushes    uint64 `json:"flushes"`
+	WALSyncs   uint64 `json:"wal_syncs"`
+	PathSyncs  uint64 `json:"path_syncs"`
+	Applies    uint64 `json:"applies"`
+	FlushP50US uint64 `json:"flush_p50_us"`
+	FlushP99US uint64 `json:"flush_p99_us"`
 }
 
 // Status asks the mount for its status.
@@ -85,6 +99,17 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 		LastEventID: r.LastEventId,
 		CMEntries:   int(r.CmEntries),
 		CMBytes:     r.CmBytes,
+		Commit: Commit{
+			Sync:       r.GetCommit().GetSync(),
+			Groups:     r.GetCommit().GetGroups(),
+			Events:     r.GetCommit().GetEvents(),
+			Flushes:    r.GetCommit().GetFlushes(),
+			WALSyncs:   r.GetCommit().GetWalSyncs(),
+			PathSyncs:  r.GetCommit().GetPathSyncs(),
+			Applies:    r.GetCommit().GetApplies(),
+			FlushP50US: r.GetCommit().GetFlushP50Us(),
+			FlushP99US: r.GetCommit().GetFlushP99Us(),
+		},
 	}, nil
 }
 

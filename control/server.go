@@ -30,6 +30,8 @@ type Info struct {
 	CMRoot     string
 	// Retain is the retention GC uses when a request names none.
 	Retain time.Duration
+	// PathSyncs counts the fsyncs of what events name (nil: unknown).
+	PathSyncs func() uint64
 }
 
 // Server serves the control service for one mount. The journal and the
@@ -161,7 +163,28 @@ func (s *Server) Status(ctx context.Context, _ *controlpb.StatusRequest) (*contr
 		LastEventId: s.j.Last(),
 		CmEntries:   int64(entries),
 		CmBytes:     bytes,
+		Commit:      s.commitStats(),
 	}, nil
+}
+
+// commitStats describes the journal's commit path, and the fsyncs of what
+// its events name when the mount says how many (Info.PathSyncs).
+func (s *Server) commitStats() *controlpb.CommitStats {
+	st := s.j.SyncStats()
+	c := &controlpb.CommitStats{
+		Sync:       st.Mode,
+		Groups:     st.Groups,
+		Events:     s.j.Stats().Events,
+		Flushes:    st.Flushes,
+		WalSyncs:   st.WALSyncs,
+		Applies:    st.Applies,
+		FlushP50Us: uint64(st.FlushP50 / time.Microsecond),
+		FlushP99Us: uint64(st.FlushP99 / time.Microsecond),
+	}
+	if s.info.PathSyncs != nil {
+		c.PathSyncs = s.info.PathSyncs()
+	}
+	return c
 }
 
 // Events implements controlpb.ControlServer.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/internal/statedir"
+	"github.com/cmfs-project/cmfs/journal"
 )
 
 // Config says what to mount and how.
@@ -35,6 +36,10 @@ type Config struct {
 	// JournalReserve is the space kept allocated for the journal
 	// (journal.Options.Reserve); 0 means the journal's default.
 	JournalReserve int64
+	// Sync and SyncInterval say when a change is durable (journal.Options
+	// Sync and Interval).
+	Sync         journal.SyncMode
+	SyncInterval time.Duration
 }
 
 // WithDefaults returns cfg with every unset field filled in.

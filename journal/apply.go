@@ -189,6 +189,7 @@ func (l *Log) apply(from uint64, recs [][]byte) error {
 		return fmt.Errorf("journal: apply to %s: %w", l.path, err)
 	}
 	l.applies.Add(1)
+	hit(fpApplied)
 	l.advance(from + uint64(len(recs)) - 1)
 	return nil
 }

@@ -919,6 +919,7 @@ func (l *Log) Close() error {
 	<-l.applyDone
 	var werr error
 	if l.applied.Load() == l.written.Load() {
+		hit(fpClosing)
 		werr = l.wal.reset(l.applied.Load())
 	}
 	if err := l.wal.close(); werr == nil {

@@ -126,6 +126,7 @@ func (l *Log) syncPending() {
 			return
 		}
 	}
+	hit(fpSynced)
 	l.publish(to)
 }
 

@@ -173,10 +173,16 @@ func openWAL(p string, seg int64, readOnly bool) (*wal, uint64, error) {
 func (w *wal) scan(base uint64) ([]walRecord, error) {
 	var segs [2][]walRecord
 	for s := range 2 {
-		var err error
-		if segs[s], err = w.scanSegment(s); err != nil {
+		recs, holes, err := w.scanSegment(s)
+		if err != nil {
 			return nil, err
 		}
+		for _, h := range holes {
+			if h[1] > base {
+				return nil, fmt.Errorf("WAL segment %d: the record of events %d–%d is damaged, and later events follow it: %w", s, h[0], h[1], ErrCorrupt)
+			}
+		}
+		segs[s] = recs
 	}
 	if len(segs[0]) > 0 && len(segs[1]) > 0 && segs[1][0].first < segs[0][0].first {
 		segs[0], segs[1] = segs[1], segs[0]
@@ -204,13 +210,15 @@ func (w *wal) scan(base uint64) ([]walRecord, error) {
 	return out, nil
 }
 
-// scanSegment reads segment s's valid prefix.
-func (w *wal) scanSegment(s int) ([]walRecord, error) {
+// scanSegment reads segment s's valid prefix. A damaged record followed
+// by a good one of later events is damage in the middle, not a torn end:
+// its ids are returned as a hole, which scan refuses unless bbolt holds
+// them already.
+func (w *wal) scanSegment(s int) (out []walRecord, holes [][2]uint64, err error) {
 	data := make([]byte, w.seg)
 	if _, err := w.f.ReadAt(data, walHeaderSize+int64(s)*w.seg); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []walRecord
 	var off int64
 	for off+walRecHead+walBodyHead <= w.seg {
 		n := int64(binary.BigEndian.Uint32(data[off:]))
@@ -219,6 +227,16 @@ func (w *wal) scanSegment(s int) ([]walRecord, error) {
 		}
 		body := data[off+walRecHead : off+walRecHead+n]
 		if xxhash.Sum64(body) != binary.BigEndian.Uint64(data[off+4:]) {
+			// A torn or damaged last record ends the segment. One with a
+			// good record of later events behind it is damage in the
+			// middle: refuse rather than drop what was acknowledged.
+			if k := len(out); k > 0 {
+				if next, ok := recordAt(data, off+walRecHead+n); ok && next > out[k-1].last() {
+					holes = append(holes, [2]uint64{out[k-1].last() + 1, next - 1})
+					off += walRecHead + n
+					continue
+				}
+			}
 			break
 		}
 		r := walRecord{
@@ -239,14 +257,30 @@ func (w *wal) scanSegment(s int) ([]walRecord, error) {
 		if len(r.events) != count || count == 0 || r.first == 0 {
 			break
 		}
-		if k := len(out); k > 0 && out[k-1].last()+1 != r.first {
+		if k := len(out); k > 0 && out[k-1].last()+1 != r.first && !(len(holes) > 0 && holes[len(holes)-1][1]+1 == r.first) {
 			break // an older record beyond the segment's current end
 		}
 		off += walRecHead + n
 		r.end = off
 		out = append(out, r)
 	}
-	return out, nil
+	return out, holes, nil
+}
+
+// recordAt returns the first id of a valid record at off in data.
+func recordAt(data []byte, off int64) (uint64, bool) {
+	if off+walRecHead+walBodyHead > int64(len(data)) {
+		return 0, false
+	}
+	n := int64(binary.BigEndian.Uint32(data[off:]))
+	if n < walBodyHead || off+walRecHead+n > int64(len(data)) {
+		return 0, false
+	}
+	body := data[off+walRecHead : off+walRecHead+n]
+	if xxhash.Sum64(body) != binary.BigEndian.Uint64(data[off+4:]) {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(body), true
 }
 
 // encode builds the record of events first… (records back to back in

@@ -197,6 +197,7 @@ func (l *Log) commit(batch []*request) {
 	}
 	l.mem.add(first, w.arena, w.ends)
 	l.groups.Add(1)
+	hit(fpWritten)
 	if l.opts.Sync == SyncInterval {
 		// The flusher takes the flushes and the newest id together, so
 		// it never publishes events whose flushes it did not run.
@@ -259,6 +260,7 @@ func (l *Log) commit(batch []*request) {
 		l.commit(rest)
 		return
 	}
+	hit(fpSynced)
 	l.publish(id)
 }
 
@@ -313,6 +315,7 @@ func (l *Log) writeWAL(first uint64, arena []byte, ends []int) error {
 func (l *Log) nextSegment() error {
 	w := l.wal
 	other := 1 - w.cur
+	hit(fpSegment)
 	if need := w.segLast[other]; need > 0 {
 		if l.opts.Sync == SyncInterval && l.last.Load() < need {
 			l.syncPending()

@@ -6,6 +6,7 @@ import (
 	"path"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/cmfs-project/cmfs/journal"
@@ -101,6 +102,13 @@ func (c *Core) flush(d durableSet) error {
 	return errors.Join(errs...)
 }
 
+// syncs counts syncPath's fsyncs, for the mount's status.
+var syncs atomic.Uint64
+
+// Syncs returns how many files and directories the process's protection
+// cores have flushed.
+func Syncs() uint64 { return syncs.Load() }
+
 // syncPath fdatasyncs the file (data) or fsyncs the directory at p.
 func syncPath(p string, data bool) error {
 	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC
@@ -118,6 +126,7 @@ func syncPath(p string, data bool) error {
 		return &os.PathError{Op: "flush", Path: p, Err: err}
 	}
 	defer unix.Close(fd)
+	syncs.Add(1)
 	if data {
 		err = unix.Fdatasync(fd)
 	} else {

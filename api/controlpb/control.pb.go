@@ -74,6 +74,7 @@ type StatusResponse struct {
 	LastEventId   uint64                 `protobuf:"varint,6,opt,name=last_event_id,json=lastEventId,proto3" json:"last_event_id,omitempty"`
 	CmEntries     int64                  `protobuf:"varint,7,opt,name=cm_entries,json=cmEntries,proto3" json:"cm_entries,omitempty"`
 	CmBytes       int64                  `protobuf:"varint,8,opt,name=cm_bytes,json=cmBytes,proto3" json:"cm_bytes,omitempty"`
+	Commit        *CommitStats           `protobuf:"bytes,9,opt,name=commit,proto3" json:"commit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -164,6 +165,132 @@ func (x *StatusResponse) GetCmBytes() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetCommit() *CommitStats {
+	if x != nil {
+		return x.Commit
+	}
+	return nil
+}
+
+// CommitStats describes the mount's commit path since it started.
+type CommitStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sync is the durability mode: "always" or "interval:DUR".
+	Sync string `protobuf:"bytes,1,opt,name=sync,proto3" json:"sync,omitempty"`
+	// groups are the group commits written to the write-ahead file.
+	Groups uint64 `protobuf:"varint,2,opt,name=groups,proto3" json:"groups,omitempty"`
+	// events journaled since the mount started.
+	Events uint64 `protobuf:"varint,3,opt,name=events,proto3" json:"events,omitempty"`
+	// flushes are group flushes (the write-ahead file's sync together with
+	// what the group's events name); wal_syncs the fdatasyncs of the
+	// write-ahead file; path_syncs the fsyncs of files and directories the
+	// events name; applies the bbolt transactions behind the write-ahead
+	// file.
+	Flushes   uint64 `protobuf:"varint,4,opt,name=flushes,proto3" json:"flushes,omitempty"`
+	WalSyncs  uint64 `protobuf:"varint,5,opt,name=wal_syncs,json=walSyncs,proto3" json:"wal_syncs,omitempty"`
+	PathSyncs uint64 `protobuf:"varint,6,opt,name=path_syncs,json=pathSyncs,proto3" json:"path_syncs,omitempty"`
+	Applies   uint64 `protobuf:"varint,7,opt,name=applies,proto3" json:"applies,omitempty"`
+	// The flush latency's 50th and 99th percentiles, in microseconds (the
+	// upper bound of a power-of-two bucket).
+	FlushP50Us    uint64 `protobuf:"varint,8,opt,name=flush_p50_us,json=flushP50Us,proto3" json:"flush_p50_us,omitempty"`
+	FlushP99Us    uint64 `protobuf:"varint,9,opt,name=flush_p99_us,json=flushP99Us,proto3" json:"flush_p99_us,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitStats) Reset() {
+	*x = CommitStats{}
+	mi := &file_control_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitStats) ProtoMessage() {}
+
+func (x *CommitStats) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitStats.ProtoReflect.Descriptor instead.
+func (*CommitStats) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CommitStats) GetSync() string {
+	if x != nil {
+		return x.Sync
+	}
+	return ""
+}
+
+func (x *CommitStats) GetGroups() uint64 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
+func (x *CommitStats) GetEvents() uint64 {
+	if x != nil {
+		return x.Events
+	}
+	return 0
+}
+
+func (x *CommitStats) GetFlushes() uint64 {
+	if x != nil {
+		return x.Flushes
+	}
+	return 0
+}
+
+func (x *CommitStats) GetWalSyncs() uint64 {
+	if x != nil {
+		return x.WalSyncs
+	}
+	return 0
+}
+
+func (x *CommitStats) GetPathSyncs() uint64 {
+	if x != nil {
+		return x.PathSyncs
+	}
+	return 0
+}
+
+func (x *CommitStats) GetApplies() uint64 {
+	if x != nil {
+		return x.Applies
+	}
+	return 0
+}
+
+func (x *CommitStats) GetFlushP50Us() uint64 {
+	if x != nil {
+		return x.FlushP50Us
+	}
+	return 0
+}
+
+func (x *CommitStats) GetFlushP99Us() uint64 {
+	if x != nil {
+		return x.FlushP99Us
+	}
+	return 0
+}
+
 type EventsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	From          uint64                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -175,7 +302,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_control_proto_msgTypes[2]
+	mi := &file_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -187,7 +314,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[2]
+	mi := &file_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -200,7 +327,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{2}
+	return file_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *EventsRequest) GetFrom() uint64 {
@@ -233,7 +360,7 @@ type FsckRequest struct {
 
 func (x *FsckRequest) Reset() {
 	*x = FsckRequest{}
-	mi := &file_control_proto_msgTypes[3]
+	mi := &file_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -245,7 +372,7 @@ func (x *FsckRequest) String() string {
 func (*FsckRequest) ProtoMessage() {}
 
 func (x *FsckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[3]
+	mi := &file_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -258,7 +385,7 @@ func (x *FsckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckRequest.ProtoReflect.Descriptor instead.
 func (*FsckRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{3}
+	return file_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *FsckRequest) GetRepair() bool {
@@ -290,7 +417,7 @@ type FsckResponse struct {
 
 func (x *FsckResponse) Reset() {
 	*x = FsckResponse{}
-	mi := &file_control_proto_msgTypes[4]
+	mi := &file_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -302,7 +429,7 @@ func (x *FsckResponse) String() string {
 func (*FsckResponse) ProtoMessage() {}
 
 func (x *FsckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[4]
+	mi := &file_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -315,7 +442,7 @@ func (x *FsckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FsckResponse.ProtoReflect.Descriptor instead.
 func (*FsckResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{4}
+	return file_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *FsckResponse) GetEntries() int64 {
@@ -399,7 +526,7 @@ type GCRequest struct {
 
 func (x *GCRequest) Reset() {
 	*x = GCRequest{}
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +538,7 @@ func (x *GCRequest) String() string {
 func (*GCRequest) ProtoMessage() {}
 
 func (x *GCRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +551,7 @@ func (x *GCRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCRequest.ProtoReflect.Descriptor instead.
 func (*GCRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{5}
+	return file_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GCRequest) GetRetainNanos() int64 {
@@ -470,7 +597,7 @@ type GCResponse struct {
 
 func (x *GCResponse) Reset() {
 	*x = GCResponse{}
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -482,7 +609,7 @@ func (x *GCResponse) String() string {
 func (*GCResponse) ProtoMessage() {}
 
 func (x *GCResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -495,7 +622,7 @@ func (x *GCResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GCResponse.ProtoReflect.Descriptor instead.
 func (*GCResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{6}
+	return file_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GCResponse) GetRemoved() int64 {
@@ -542,7 +669,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -554,7 +681,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -567,7 +694,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{7}
+	return file_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LookupRequest) GetName() string {
@@ -592,7 +719,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +731,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +744,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{8}
+	return file_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Entry) GetName() string {
@@ -667,7 +794,7 @@ var File_control_proto protoreflect.FileDescriptor
 const file_control_proto_rawDesc = "" +
 	"\n" +
 	"\rcontrol.proto\x12\x0fcmfs.control.v1\x1a\vevent.proto\"\x0f\n" +
-	"\rStatusRequest\"\xe8\x01\n" +
+	"\rStatusRequest\"\x9e\x02\n" +
 	"\x0eStatusResponse\x12\x1e\n" +
 	"\n" +
 	"mountpoint\x18\x01 \x01(\tR\n" +
@@ -679,7 +806,21 @@ const file_control_proto_rawDesc = "" +
 	"\rlast_event_id\x18\x06 \x01(\x04R\vlastEventId\x12\x1d\n" +
 	"\n" +
 	"cm_entries\x18\a \x01(\x03R\tcmEntries\x12\x19\n" +
-	"\bcm_bytes\x18\b \x01(\x03R\acmBytes\"K\n" +
+	"\bcm_bytes\x18\b \x01(\x03R\acmBytes\x124\n" +
+	"\x06commit\x18\t \x01(\v2\x1c.cmfs.control.v1.CommitStatsR\x06commit\"\x85\x02\n" +
+	"\vCommitStats\x12\x12\n" +
+	"\x04sync\x18\x01 \x01(\tR\x04sync\x12\x16\n" +
+	"\x06groups\x18\x02 \x01(\x04R\x06groups\x12\x16\n" +
+	"\x06events\x18\x03 \x01(\x04R\x06events\x12\x18\n" +
+	"\aflushes\x18\x04 \x01(\x04R\aflushes\x12\x1b\n" +
+	"\twal_syncs\x18\x05 \x01(\x04R\bwalSyncs\x12\x1d\n" +
+	"\n" +
+	"path_syncs\x18\x06 \x01(\x04R\tpathSyncs\x12\x18\n" +
+	"\aapplies\x18\a \x01(\x04R\aapplies\x12 \n" +
+	"\fflush_p50_us\x18\b \x01(\x04R\n" +
+	"flushP50Us\x12 \n" +
+	"\fflush_p99_us\x18\t \x01(\x04R\n" +
+	"flushP99Us\"K\n" +
 	"\rEventsRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\x04R\x02to\x12\x16\n" +
@@ -739,35 +880,37 @@ func file_control_proto_rawDescGZIP() []byte {
 	return file_control_proto_rawDescData
 }
 
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_control_proto_goTypes = []any{
 	(*StatusRequest)(nil),  // 0: cmfs.control.v1.StatusRequest
 	(*StatusResponse)(nil), // 1: cmfs.control.v1.StatusResponse
-	(*EventsRequest)(nil),  // 2: cmfs.control.v1.EventsRequest
-	(*FsckRequest)(nil),    // 3: cmfs.control.v1.FsckRequest
-	(*FsckResponse)(nil),   // 4: cmfs.control.v1.FsckResponse
-	(*GCRequest)(nil),      // 5: cmfs.control.v1.GCRequest
-	(*GCResponse)(nil),     // 6: cmfs.control.v1.GCResponse
-	(*LookupRequest)(nil),  // 7: cmfs.control.v1.LookupRequest
-	(*Entry)(nil),          // 8: cmfs.control.v1.Entry
-	(*eventpb.Event)(nil),  // 9: cmfs.event.v1.Event
+	(*CommitStats)(nil),    // 2: cmfs.control.v1.CommitStats
+	(*EventsRequest)(nil),  // 3: cmfs.control.v1.EventsRequest
+	(*FsckRequest)(nil),    // 4: cmfs.control.v1.FsckRequest
+	(*FsckResponse)(nil),   // 5: cmfs.control.v1.FsckResponse
+	(*GCRequest)(nil),      // 6: cmfs.control.v1.GCRequest
+	(*GCResponse)(nil),     // 7: cmfs.control.v1.GCResponse
+	(*LookupRequest)(nil),  // 8: cmfs.control.v1.LookupRequest
+	(*Entry)(nil),          // 9: cmfs.control.v1.Entry
+	(*eventpb.Event)(nil),  // 10: cmfs.event.v1.Event
 }
 var file_control_proto_depIdxs = []int32{
-	0, // 0: cmfs.control.v1.Control.Status:input_type -> cmfs.control.v1.StatusRequest
-	2, // 1: cmfs.control.v1.Control.Events:input_type -> cmfs.control.v1.EventsRequest
-	3, // 2: cmfs.control.v1.Control.Fsck:input_type -> cmfs.control.v1.FsckRequest
-	5, // 3: cmfs.control.v1.Control.GC:input_type -> cmfs.control.v1.GCRequest
-	7, // 4: cmfs.control.v1.Control.Lookup:input_type -> cmfs.control.v1.LookupRequest
-	1, // 5: cmfs.control.v1.Control.Status:output_type -> cmfs.control.v1.StatusResponse
-	9, // 6: cmfs.control.v1.Control.Events:output_type -> cmfs.event.v1.Event
-	4, // 7: cmfs.control.v1.Control.Fsck:output_type -> cmfs.control.v1.FsckResponse
-	6, // 8: cmfs.control.v1.Control.GC:output_type -> cmfs.control.v1.GCResponse
-	8, // 9: cmfs.control.v1.Control.Lookup:output_type -> cmfs.control.v1.Entry
-	5, // [5:10] is the sub-list for method output_type
-	0, // [0:5] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	2,  // 0: cmfs.control.v1.StatusResponse.commit:type_name -> cmfs.control.v1.CommitStats
+	0,  // 1: cmfs.control.v1.Control.Status:input_type -> cmfs.control.v1.StatusRequest
+	3,  // 2: cmfs.control.v1.Control.Events:input_type -> cmfs.control.v1.EventsRequest
+	4,  // 3: cmfs.control.v1.Control.Fsck:input_type -> cmfs.control.v1.FsckRequest
+	6,  // 4: cmfs.control.v1.Control.GC:input_type -> cmfs.control.v1.GCRequest
+	8,  // 5: cmfs.control.v1.Control.Lookup:input_type -> cmfs.control.v1.LookupRequest
+	1,  // 6: cmfs.control.v1.Control.Status:output_type -> cmfs.control.v1.StatusResponse
+	10, // 7: cmfs.control.v1.Control.Events:output_type -> cmfs.event.v1.Event
+	5,  // 8: cmfs.control.v1.Control.Fsck:output_type -> cmfs.control.v1.FsckResponse
+	7,  // 9: cmfs.control.v1.Control.GC:output_type -> cmfs.control.v1.GCResponse
+	9,  // 10: cmfs.control.v1.Control.Lookup:output_type -> cmfs.control.v1.Entry
+	6,  // [6:11] is the sub-list for method output_type
+	1,  // [1:6] is the sub-list for method input_type
+	1,  // [1:1] is the sub-list for extension type_name
+	1,  // [1:1] is the sub-list for extension extendee
+	0,  // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -781,7 +924,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ import (
 	"github.com/cmfs-project/cmfs/fusefs"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/protect"
 	"github.com/cmfs-project/cmfs/upkeep"
 )
 
@@ -38,6 +39,7 @@ type mountOptions struct {
 	daemon            bool
 	debug             bool
 	journalReserve    cli.ByteSize
+	sync              string
 	log               cli.LogFlags
 }
 
@@ -71,6 +73,7 @@ mount is ready; the background process logs to STATE/cmfs.log.`,
 	f.BoolVar(&opts.debug, "debug", false, "log every FUSE request (implies --log-level debug)")
 	opts.journalReserve = journal.DefaultReserve
 	f.Var(&opts.journalReserve, "journal-reserve", "space kept allocated for the journal; changes are refused (ENOSPC) while it cannot be kept")
+	f.StringVar(&opts.sync, "sync", "always", "when a change is durable: `always` (before it returns) or interval[:DUR] (written before it returns, so a kill -9 loses nothing; flushed within DUR, default 50ms, so a power loss may take back the last DUR)")
 	opts.log.Register(f)
 	return cmd
 }
@@ -143,7 +146,13 @@ func planMount(opts mountOptions, args []string) (mountPlan, error) {
 	if sock := filepath.Join(state, statedir.SocketFile); len(sock) > maxSocketPath {
 		return p, fmt.Errorf("state directory %s is too deep: the control socket path would be %d bytes, a unix socket allows %d", state, len(sock), maxSocketPath)
 	}
+	syncMode, syncInterval, err := journal.ParseSync(opts.sync)
+	if err != nil {
+		return p, err
+	}
 	cfg := fusefs.Config{
+		Sync:           syncMode,
+		SyncInterval:   syncInterval,
 		Backing:        backing,
 		State:          state,
 		CMRoot:         cmrootDir,
@@ -218,13 +227,15 @@ func runMount(ctx context.Context, g *globalOptions, opts mountOptions, args []s
 // a moment to let go.
 func openMountJournal(ctx context.Context, plan mountPlan) (*journal.Log, error) {
 	path := filepath.Join(plan.cfg.State, statedir.JournalFile)
-	j, err := journal.Open(path, journal.Options{Reserve: plan.cfg.JournalReserve})
+	jopts := journal.Options{Reserve: plan.cfg.JournalReserve, Sync: plan.cfg.Sync, Interval: plan.cfg.SyncInterval}
+	j, err := journal.Open(path, jopts)
 	if errors.Is(err, journal.ErrLocked) {
 		if c, st := live(ctx, plan.target()); c != nil {
 			c.Close()
 			return nil, fmt.Errorf("%s is already mounted at %s (pid %d)", plan.cfg.Backing, st.Mountpoint, st.PID)
 		}
-		j, err = journal.Open(path, journal.Options{LockTimeout: 3 * time.Second, Reserve: plan.cfg.JournalReserve})
+		jopts.LockTimeout = 3 * time.Second
+		j, err = journal.Open(path, jopts)
 	}
 	if errors.Is(err, journal.ErrLocked) {
 		return nil, fmt.Errorf("%s is already mounted: journal %s is locked by another process", plan.cfg.Backing, path)
@@ -302,6 +313,7 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 		State:      cfg.State,
 		CMRoot:     cfg.CMRoot,
 		Retain:     cfg.Retain,
+		PathSyncs:  protect.Syncs,
 	})
 	go func() {
 		ctlErr = srv.Serve(ctlCtx, filepath.Join(cfg.State, statedir.SocketFile))
@@ -394,7 +406,7 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 	}
 	cfg := plan.cfg
 	args := []string{"mount", "--state", cfg.State, "--cmroot", cfg.CMRoot, "--retain", cfg.Retain.String(),
-		"--journal-reserve", strconv.FormatInt(cfg.JournalReserve, 10)}
+		"--journal-reserve", strconv.FormatInt(cfg.JournalReserve, 10), "--sync", journal.FormatSync(cfg.Sync, cfg.SyncInterval)}
 	args = append(args, opts.log.Args()...)
 	if opts.noDefaultExcludes {
 		args = append(args, "--no-default-excludes")

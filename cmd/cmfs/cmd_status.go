@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/cmfs-project/cmfs/control"
 	"github.com/cmfs-project/cmfs/internal/cli"
 	"github.com/cmfs-project/cmfs/slot"
 
@@ -48,6 +49,8 @@ type statusReport struct {
 	// naming an entry gc removed (slot.State.Horizon).
 	Slots       []slot.Report `json:"slots"`
 	SlotHorizon uint64        `json:"slot_horizon"`
+	// Commit is the mount's commit path, while mounted.
+	Commit *control.Commit `json:"commit,omitempty"`
 }
 
 func runStatus(ctx context.Context, g *globalOptions, opts statusOptions, args []string) error {
@@ -68,6 +71,7 @@ func runStatus(ctx context.Context, g *globalOptions, opts statusOptions, args [
 			LastEventID: st.LastEventID,
 			CMEntries:   st.CMEntries,
 			CMBytes:     st.CMBytes,
+			Commit:      &st.Commit,
 		}
 		if r.Slots, r.SlotHorizon, err = readSlots(ctx, t, c, nil, r.LastEventID); err != nil {
 			return err
@@ -108,6 +112,11 @@ func runStatus(ctx context.Context, g *globalOptions, opts statusOptions, args [
 	fmt.Fprintf(w, "cmroot:     %s\n", r.CMRoot)
 	fmt.Fprintf(w, "last event: %d\n", r.LastEventID)
 	fmt.Fprintf(w, "cm entries: %d (%s)\n", r.CMEntries, cli.Bytes(r.CMBytes))
+	if c := r.Commit; c != nil {
+		fmt.Fprintf(w, "sync:       %s\n", c.Sync)
+		fmt.Fprintf(w, "commits:    %d events in %d groups; %d flushes (p50 %dµs, p99 %dµs); %d WAL and %d file/directory fsyncs\n",
+			c.Events, c.Groups, c.Flushes, c.FlushP50US, c.FlushP99US, c.WALSyncs, c.PathSyncs)
+	}
 	printSlots(w, r.Slots, r.SlotHorizon)
 	return nil
 }
