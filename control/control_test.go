@@ -113,8 +113,14 @@ func TestStatus(t *testing.T) {
 	}
 	want := Status{Mountpoint: "/mnt/x", Backing: "/data/x", State: e.Dir, CMRoot: e.Store.Dir(),
 		PID: os.Getpid(), LastEventID: 2, CMEntries: 1, CMBytes: 5}
+	commit := st.Commit
+	st.Commit = Commit{}
 	if st != want {
 		t.Errorf("Status = %+v, want %+v", st, want)
+	}
+	// The test journal does not sync (NoSync): one group, no WAL sync.
+	if commit.Sync != "always" || commit.Events != 2 || commit.Groups != 1 || commit.Flushes != 1 || commit.FlushP99US < commit.FlushP50US {
+		t.Errorf("Status.Commit = %+v, want always, 2 events in 1 group, 1 flush", commit)
 	}
 }
 
