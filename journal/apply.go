@@ -23,30 +23,32 @@ type memTail struct {
 	recs  [][]byte
 	// groups are the groups the records came in, for the bytes they
 	// hold (bytes: their sum).
-	groups []memGroup
-	bytes  int
+	groups       []memGroup
+	bytes, large int
 }
 
 type memGroup struct {
-	last  uint64
-	bytes int
+	last         uint64
+	bytes, large int
 }
 
-// pending is the size and number of the records bbolt does not hold.
-func (t *memTail) pending() (bytes, n int) {
+// pending is the size and number of the records bbolt does not hold, and
+// how many of them are large (commitNeed).
+func (t *memTail) pending() (bytes, n, large int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.bytes, len(t.recs)
+	return t.bytes, len(t.recs), t.large
 }
 
 // add appends the records of events first, first+1, … (back to back in
 // arena, record i ending at ends[i]); it copies them.
-func (t *memTail) add(first uint64, arena []byte, ends []int) {
+func (t *memTail) add(first uint64, arena []byte, ends []int, large int) {
 	buf := append([]byte(nil), arena...)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.groups = append(t.groups, memGroup{last: first + uint64(len(ends)) - 1, bytes: len(arena)})
+	t.groups = append(t.groups, memGroup{last: first + uint64(len(ends)) - 1, bytes: len(arena), large: large})
 	t.bytes += len(arena)
+	t.large += large
 	if len(t.recs) == 0 {
 		t.first = first
 	}
@@ -81,6 +83,7 @@ func (t *memTail) trim(through uint64) {
 	k := 0
 	for k < len(t.groups) && t.groups[k].last <= through {
 		t.bytes -= t.groups[k].bytes
+		t.large -= t.groups[k].large
 		k++
 	}
 	t.groups = t.groups[k:]
@@ -103,6 +106,7 @@ func (t *memTail) cut(from uint64) {
 	for k > 0 && t.groups[k-1].last >= from {
 		k--
 		t.bytes -= t.groups[k].bytes
+		t.large -= t.groups[k].large
 	}
 	t.groups = t.groups[:k]
 	if from <= t.first {
@@ -162,6 +166,8 @@ func (l *Log) applyAll() error {
 
 // apply puts recs, events from on, into bbolt in one transaction.
 func (l *Log) apply(from uint64, recs [][]byte) error {
+	l.applyMu.Lock()
+	defer l.applyMu.Unlock()
 	err := l.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(eventsBucket)
 		// Keys only ever grow: fill pages completely.

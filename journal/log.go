@@ -67,6 +67,11 @@ type Options struct {
 	// WALSegment is the size of each of the WAL's two segments when Open
 	// creates it; 0 means DefaultWALSegment. An existing WAL keeps its own.
 	WALSegment int64
+	// FlushAll, when set, makes durable everything that any event
+	// written so far names (a syncfs of the file systems they live on).
+	// A SyncInterval flush runs it instead of the requests' own flushes:
+	// one flush of the file system per interval rather than one per file.
+	FlushAll func() error
 	// CheckTail is called by a writable Open when the WAL holds events
 	// whose group's flush was never confirmed — at most the last group
 	// under SyncAlways, the last interval's under SyncInterval — so
@@ -116,6 +121,7 @@ type Log struct {
 	failed    atomic.Pointer[error] // a background flush failed
 	applyErr  atomic.Pointer[error] // the applier's last failure
 	applyCh   chan struct{}         // wakes the applier
+	applyMu   sync.Mutex            // held by the applier in a transaction (tests stop it)
 	stopApply chan struct{}
 	applyDone chan struct{}
 	appliedMu sync.Mutex
@@ -139,8 +145,9 @@ type Log struct {
 	done     chan struct{} // closed by Close
 
 	inflight atomic.Int64 // Append calls between queueing and their answer
-	reqs     chan *request
-	stopped  chan struct{} // closed when the writer goroutine returns
+	qmu      sync.Mutex
+	queue    []*request // waiting for the next group (writer.go)
+	leading  bool       // a caller is committing a group
 
 	notifyMu sync.Mutex
 	notify   chan struct{} // closed and replaced after every commit
@@ -263,8 +270,6 @@ func Open(path string, opts Options) (*Log, error) {
 	l.written.Store(last)
 	l.applied.Store(last)
 	l.first = last
-	l.reqs = make(chan *request, opts.MaxBatch)
-	l.stopped = make(chan struct{})
 	l.applyCh = make(chan struct{}, 1)
 	l.stopApply = make(chan struct{})
 	l.applyDone = make(chan struct{})
@@ -276,7 +281,6 @@ func Open(path string, opts Options) (*Log, error) {
 		l.flusherDone = make(chan struct{})
 		go l.flushLoop()
 	}
-	go l.run()
 	return l, nil
 }
 
@@ -596,7 +600,7 @@ func (l *Log) loadWAL(base uint64) uint64 {
 			arena = append(arena, v...)
 			ends[i] = len(arena)
 		}
-		l.mem.add(r.first, arena, ends)
+		l.mem.add(r.first, arena, ends, 0)
 		id = r.first + uint64(n) - 1
 	}
 	l.walLast = id
@@ -655,15 +659,8 @@ func (l *Log) AppendFlush(ctx context.Context, flush func() error, events ...*Ev
 		r.free()
 		return ErrClosed
 	}
-	select {
-	case l.reqs <- r:
-	case <-ctx.Done():
-		l.mu.RUnlock()
-		r.free()
-		return ctx.Err()
-	}
+	err := l.submit(r)
 	l.mu.RUnlock()
-	err := <-r.done
 	r.free()
 	return err
 }
@@ -906,11 +903,9 @@ func (l *Log) Close() error {
 		close(l.done)
 		return nil
 	}
-	// No Append can queue a request now; the writer drains the queue
-	// and returns; the flusher flushes what it wrote, the applier puts
-	// all of it into bbolt, and the WAL is emptied.
-	close(l.reqs)
-	<-l.stopped
+	// Every Append has returned, and no other can start: the flusher
+	// flushes what was written, the applier puts all of it into bbolt,
+	// and the WAL is emptied.
 	if l.stopFlush != nil {
 		close(l.stopFlush)
 		<-l.flusherDone

@@ -97,12 +97,13 @@ func (r *reserve) room(hwm, need int64) error {
 	return nil
 }
 
-// commitNeed bounds the new pages a commit of records totalling n bytes
-// (k of them) may write: bbolt copies on write every leaf and branch page
-// on the path to the appended keys, so the records, one partly filled leaf,
-// a few branch pages and an overflow page's rounding per large record.
-func commitNeed(n, k int, pageSize int) int64 {
-	return int64(n) + int64(k)*16 + int64(k+8)*int64(pageSize)
+// commitNeed bounds the new pages bbolt may write to apply records totalling
+// n bytes, k of them, large of them bigger than a quarter page: bbolt copies
+// on write every leaf and branch page on the path to the appended keys, so
+// twice the records (leaves split half full at worst), a few branch pages,
+// and an overflow page's rounding per large record.
+func commitNeed(n, k, large int, pageSize int) int64 {
+	return 2*(int64(n)+int64(k)*16) + int64(large+8)*int64(pageSize)
 }
 
 // newReserve sets up the reserve of the journal file at path, want bytes

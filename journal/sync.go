@@ -118,6 +118,9 @@ func (l *Log) syncPending() {
 	if to <= l.last.Load() && len(fns) == 0 {
 		return
 	}
+	if l.opts.FlushAll != nil {
+		fns = []func() error{l.opts.FlushAll}
+	}
 	errs, werr := l.flush(fns)
 	for _, err := range append(errs, werr) {
 		if err != nil {

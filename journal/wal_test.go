@@ -32,6 +32,14 @@ func snapshot(t *testing.T, path, dir string) string {
 	return filepath.Join(dir, filepath.Base(path))
 }
 
+// snapshotHeld is snapshot with l's applier held still, as a kill stops
+// every thread at once. Not from the applier itself.
+func snapshotHeld(t *testing.T, l *Log, path, dir string) string {
+	l.applyMu.Lock()
+	defer l.applyMu.Unlock()
+	return snapshot(t, path, dir)
+}
+
 // readAll returns every event of the journal at path, opened read-only.
 func readAll(t *testing.T, path string) []*Event {
 	t.Helper()
@@ -174,6 +182,12 @@ func walKillCase(t *testing.T, mode SyncMode, point string, nth int64) {
 				// Acknowledged before the kill: the writer is stopped
 				// here, so nothing is acknowledged while copying.
 				ackedAtKill = ld.ackedCopy()
+				// A kill stops every thread at once: hold the applier
+				// too while copying (unless it is the one stopped here).
+				if point != fpApplied {
+					l.applyMu.Lock()
+					defer l.applyMu.Unlock()
+				}
 				snap = snapshot(t, path, t.TempDir())
 			})
 		}
@@ -212,7 +226,7 @@ func TestWALTornTail(t *testing.T) {
 					lastOff = l.wal.off
 					reset := failpoint.Set(func(name string) {
 						if name == fpWritten && snap == "" {
-							snap = snapshot(t, path, t.TempDir())
+							snap = snapshotHeld(t, l, path, t.TempDir())
 						}
 					})
 					err = l.Append(context.Background(), e)
@@ -277,7 +291,7 @@ func TestWALDamagedMiddle(t *testing.T) {
 		if i == 10 {
 			reset = failpoint.Set(func(name string) {
 				if name == fpSynced && snap == "" {
-					snap = snapshot(t, path, t.TempDir())
+					snap = snapshotHeld(t, l, path, t.TempDir())
 				}
 			})
 		}
@@ -341,7 +355,7 @@ func TestCheckTail(t *testing.T) {
 	var snap string
 	reset := failpoint.Set(func(name string) {
 		if name == fpWritten && snap == "" {
-			snap = snapshot(t, path, t.TempDir())
+			snap = snapshotHeld(t, l, path, t.TempDir())
 		}
 	})
 	if err := l.Append(context.Background(), testEvent(6), testEvent(7), testEvent(8)); err != nil {

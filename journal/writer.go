@@ -2,6 +2,7 @@ package journal
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -53,44 +54,78 @@ type writer struct {
 	failed error  // a commit whose outcome is unknown: refuse all others
 }
 
-// run is the writer goroutine: it takes every pending request, up to
-// MaxBatch events, commits them together and answers them. It returns when
-// Close has closed reqs and the queue is drained.
-func (l *Log) run() {
-	defer close(l.stopped)
-	w := &l.w
-	for {
-		r, ok := <-l.reqs
-		if !ok {
-			return
-		}
-		w.batch = append(w.batch[:0], r)
-		n := len(r.events)
-	drain:
-		for n < l.opts.MaxBatch {
-			select {
-			case r, ok := <-l.reqs:
-				if !ok {
-					break drain
-				}
-				w.batch = append(w.batch, r)
-				n += len(r.events)
-			default:
-				break drain
-			}
-		}
-		if !noLinger {
-			n = l.linger(n)
-		}
-		l.commit(w.batch)
-		for i, r := range w.batch {
-			w.batch[i] = nil
-			r.done <- r.err
-		}
+// Group commit without a writer goroutine: Append queues its request; if
+// no commit is under way its caller becomes the leader, takes every queued
+// request (up to MaxBatch events), commits them together, answers them,
+// and hands the lead to the first request queued meanwhile — whose caller
+// commits the next group. A lone caller commits its own events in its own
+// goroutine, with no handoff to wait for; a crowd shares each flush.
+
+// errLead, sent on a queued request's done, makes its caller the leader.
+var errLead = errors.New("journal: lead the next group")
+
+// submit queues r and returns its result once its group is committed.
+func (l *Log) submit(r *request) error {
+	l.qmu.Lock()
+	l.queue = append(l.queue, r)
+	lead := !l.leading
+	l.leading = true
+	l.qmu.Unlock()
+	if lead {
+		l.lead()
 	}
+	err := <-r.done
+	if err == errLead {
+		l.lead()
+		err = <-r.done
+	}
+	return err
 }
 
-// lingerMax bounds how long the writer waits for callers it just
+// lead commits one group: the queued requests, its caller's among them.
+func (l *Log) lead() {
+	w := &l.w
+	l.qmu.Lock()
+	w.batch, l.queue = l.take(w.batch[:0], l.queue)
+	l.qmu.Unlock()
+	if !noLinger {
+		l.linger()
+	}
+	l.commit(w.batch)
+	for i, r := range w.batch {
+		w.batch[i] = nil
+		r.done <- r.err
+	}
+	l.qmu.Lock()
+	if len(l.queue) > 0 {
+		l.queue[0].done <- errLead
+	} else {
+		l.leading = false
+	}
+	l.qmu.Unlock()
+}
+
+// take moves requests from queue to batch, up to MaxBatch events (at
+// least one request).
+func (l *Log) take(batch, queue []*request) ([]*request, []*request) {
+	n := 0
+	for _, r := range batch {
+		n += len(r.events)
+	}
+	k := 0
+	for k < len(queue) && (len(batch) == 0 || n+len(queue[k].events) <= l.opts.MaxBatch) {
+		batch = append(batch, queue[k])
+		n += len(queue[k].events)
+		k++
+	}
+	rest := queue[k:]
+	if len(rest) == 0 {
+		rest = queue[:0]
+	}
+	return batch, rest
+}
+
+// lingerMax bounds how long the leader waits for callers it just
 // acknowledged to queue their next append.
 const lingerMax = 200 * time.Microsecond
 
@@ -98,30 +133,31 @@ const lingerMax = 200 * time.Microsecond
 // holds: callers just acknowledged by the previous commit that are about to
 // queue again. Without it, a steady crowd of writers splits into two
 // halves that alternate, each commit carrying half of them; with it, one
-// commit carries (nearly) all of them. A lone writer never waits. It
-// returns the number of events in the batch.
-func (l *Log) linger(n int) int {
+// commit carries (nearly) all of them. A lone writer never waits.
+func (l *Log) linger() {
 	w := &l.w
 	var start time.Time
-	for n < l.opts.MaxBatch && int64(len(w.batch)) < l.inflight.Load() {
-		select {
-		case r, ok := <-l.reqs:
-			if !ok {
-				return n
-			}
-			w.batch = append(w.batch, r)
-			n += len(r.events)
+	for int64(len(w.batch)) < l.inflight.Load() {
+		l.qmu.Lock()
+		before := len(w.batch)
+		if len(l.queue) > 0 {
+			w.batch, l.queue = l.take(w.batch, l.queue)
+		}
+		full := len(w.batch) == before && len(l.queue) > 0
+		l.qmu.Unlock()
+		if full {
+			return
+		}
+		if len(w.batch) > before {
 			continue
-		default:
 		}
 		if start.IsZero() {
 			start = time.Now()
 		} else if time.Since(start) > lingerMax {
-			break
+			return
 		}
 		runtime.Gosched()
 	}
-	return n
 }
 
 // commit writes the batch's events to the WAL, makes them durable with the
@@ -182,10 +218,14 @@ func (l *Log) commit(batch []*request) {
 	// The pages bbolt will add for these events, and for those still to
 	// be applied, must be allocated already: an apply that failed writing
 	// them would leave bbolt's outcome unknown.
-	pb, pn := l.mem.pending()
-	pn += len(w.ends)
-	need := commitNeed(pb+len(w.arena), pn, l.pageSize) + int64(pn/applyChunk*8*l.pageSize)
-	if err := l.res.room(l.hwm.Load(), need); err != nil {
+	large, start := 0, 0
+	for _, end := range w.ends {
+		if end-start > l.pageSize/4 {
+			large++
+		}
+		start = end
+	}
+	if err := l.room(len(w.arena), len(w.ends), large); err != nil {
 		l.fail(batch, err)
 		return
 	}
@@ -195,7 +235,7 @@ func (l *Log) commit(batch []*request) {
 		l.fail(batch, err)
 		return
 	}
-	l.mem.add(first, w.arena, w.ends)
+	l.mem.add(first, w.arena, w.ends, large)
 	l.groups.Add(1)
 	hit(fpWritten)
 	if l.opts.Sync == SyncInterval {
@@ -203,7 +243,7 @@ func (l *Log) commit(batch []*request) {
 		// it never publishes events whose flushes it did not run.
 		l.pendMu.Lock()
 		for _, r := range batch {
-			if r.err == nil && r.flush != nil {
+			if r.err == nil && r.flush != nil && l.opts.FlushAll == nil {
 				l.pendFns = append(l.pendFns, r.flush)
 			}
 		}
@@ -262,6 +302,28 @@ func (l *Log) commit(batch []*request) {
 	}
 	hit(fpSynced)
 	l.publish(id)
+}
+
+// room makes sure the reserve holds what bbolt needs to apply these
+// records (bytes, n, large as commitNeed) and every record it does not
+// hold yet. Short of room, it waits for the applier to catch up — what
+// bbolt holds needs nothing more — and asks again.
+func (l *Log) room(bytes, n, large int) error {
+	for try := 0; ; try++ {
+		pb, pn, pl := l.mem.pending()
+		pn += n
+		need := commitNeed(pb+bytes, pn, pl+large, l.pageSize) + int64(pn/applyChunk*8*l.pageSize)
+		err := l.res.room(l.hwm.Load(), need)
+		if err == nil || try > 0 || pn == n {
+			return err
+		}
+		if l.last.Load() < l.written.Load() && l.opts.Sync == SyncInterval {
+			l.syncPending()
+		}
+		if werr := l.waitApplied(l.last.Load()); werr != nil {
+			return err
+		}
+	}
 }
 
 // fail fails every request of batch that has not failed on its own.

@@ -137,3 +137,33 @@ func syncPath(p string, data bool) error {
 	}
 	return nil
 }
+
+// SyncFS returns a function that flushes the file systems dirs live on,
+// each once (syncfs(2)): everything an event names, when dirs are the
+// backing directory and cmroot. The journal's interval mode runs it once
+// per interval instead of one fsync per file.
+func SyncFS(dirs ...string) func() error {
+	return func() error {
+		seen := map[uint64]bool{}
+		var errs []error
+		for _, d := range dirs {
+			fd, err := unix.Open(d, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				errs = append(errs, &os.PathError{Op: "syncfs", Path: d, Err: err})
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Fstat(fd, &st) == nil && seen[st.Dev] {
+				unix.Close(fd)
+				continue
+			}
+			seen[st.Dev] = true
+			syncs.Add(1)
+			if err := unix.Syncfs(fd); err != nil {
+				errs = append(errs, &os.PathError{Op: "syncfs", Path: d, Err: err})
+			}
+			unix.Close(fd)
+		}
+		return errors.Join(errs...)
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"syscall"
@@ -228,6 +230,9 @@ func runMount(ctx context.Context, g *globalOptions, opts mountOptions, args []s
 func openMountJournal(ctx context.Context, plan mountPlan) (*journal.Log, error) {
 	path := filepath.Join(plan.cfg.State, statedir.JournalFile)
 	jopts := journal.Options{Reserve: plan.cfg.JournalReserve, Sync: plan.cfg.Sync, Interval: plan.cfg.SyncInterval}
+	if plan.cfg.Sync == journal.SyncInterval {
+		jopts.FlushAll = protect.SyncFS(plan.cfg.Backing, plan.cfg.CMRoot, plan.cfg.State)
+	}
 	j, err := journal.Open(path, jopts)
 	if errors.Is(err, journal.ErrLocked) {
 		if c, st := live(ctx, plan.target()); c != nil {
@@ -253,6 +258,22 @@ func openMountJournal(ctx context.Context, plan mountPlan) (*journal.Log, error)
 func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 	cfg := plan.cfg
 	log := cfg.Logger
+	// CMFS_CPUPROFILE=FILE profiles the mount's process until it exits
+	// (for measuring; a --daemon child inherits it).
+	if p := os.Getenv("CMFS_TRACE"); p != "" {
+		if f, perr := os.Create(p); perr == nil {
+			if trace.Start(f) == nil {
+				defer func() { trace.Stop(); f.Close() }()
+			}
+		}
+	}
+	if p := os.Getenv("CMFS_CPUPROFILE"); p != "" {
+		if f, perr := os.Create(p); perr == nil {
+			if pprof.StartCPUProfile(f) == nil {
+				defer func() { pprof.StopCPUProfile(); f.Close() }()
+			}
+		}
+	}
 	j, err := openMountJournal(ctx, plan)
 	if err != nil {
 		return err
