@@ -39,7 +39,7 @@ func failpointRows() []failpointRow {
 	all := []string{"intended", "preserved", "applied", "flushed", "journaled"}
 	noOrig := []string{"intended", "applied", "flushed", "journaled"}
 	p := func(mnt, rel string) string { return filepath.Join(mnt, filepath.FromSlash(rel)) }
-	return []failpointRow{
+	rows := []failpointRow{
 		{"unlink", func(m string) error { return os.Remove(p(m, "f.db/t/p=1/part-0")) }, steps("delete", all...)},
 		{"rename over", func(m string) error { return os.Rename(p(m, "f.db/t/p=1/.tmp-9"), p(m, "f.db/t/p=1/part-1")) }, steps("rename", all...)},
 		{"O_TRUNC overwrite", func(m string) error {
@@ -58,6 +58,16 @@ func failpointRows() []failpointRow {
 		{"link", func(m string) error { return os.Link(p(m, "f.db/t/p=1/part-1"), p(m, "f.db/t/p=1/part-1b")) }, steps("link", noOrig...)},
 		{"symlink", func(m string) error { return os.Symlink("part-1", p(m, "f.db/t/p=1/latest")) }, steps("symlink", noOrig...)},
 	}
+	// The journal's own steps (journal/failpoints.go), in the rows that
+	// preserve, create and swap: the group written to the WAL and not
+	// synced, synced and not acknowledged, applied to bbolt.
+	for i := range rows {
+		switch rows[i].name {
+		case "unlink", "create+write+close", "O_TRUNC overwrite":
+			rows[i].points = append(rows[i].points, "journal/written", "journal/synced", "journal/applied")
+		}
+	}
+	return rows
 }
 
 // TestFailpoints kills the mount at every step of every row of the
@@ -69,16 +79,23 @@ func failpointRows() []failpointRow {
 // all (I4).
 func TestFailpoints(t *testing.T) {
 	requireFUSE(t)
-	for _, row := range failpointRows() {
-		for _, point := range row.points {
-			t.Run(row.name+"/"+point, func(t *testing.T) {
-				failpointCase(t, row, point)
-			})
+	for _, mode := range syncModes {
+		for _, row := range failpointRows() {
+			for _, point := range row.points {
+				if mode == "interval" && strings.HasSuffix(point, "/flushed") {
+					// One syncfs per interval flushes for every change: no
+					// change has a flush of its own to be killed after.
+					continue
+				}
+				t.Run(mode+"/"+row.name+"/"+point, func(t *testing.T) {
+					failpointCase(t, row, point, mode)
+				})
+			}
 		}
 	}
 }
 
-func failpointCase(t *testing.T, row failpointRow, point string) {
+func failpointCase(t *testing.T, row failpointRow, point, mode string) {
 	backing := filepath.Join(t.TempDir(), "backing")
 	if err := os.Mkdir(backing, 0o755); err != nil {
 		t.Fatal(err)
@@ -97,7 +114,7 @@ func failpointCase(t *testing.T, row failpointRow, point string) {
 	if err := os.Mkdir(mp, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	fg := startForeground(t, backing, mp, "CMFS_FAILPOINT="+point)
+	fg := startForeground(t, backing, mp, "CMFS_FAILPOINT="+point, "--sync="+mode)
 	opErr := make(chan error, 1)
 	go func() { opErr <- row.op(mp) }()
 	select {
@@ -116,7 +133,7 @@ func failpointCase(t *testing.T, row failpointRow, point string) {
 	}
 
 	// Remounting runs recovery.
-	m = mountAt(t, backing)
+	m = mountAt(t, backing, "--sync="+mode)
 	m.unmount(t)
 	after := events(t, m.State)
 	var bad []string

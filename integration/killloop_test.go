@@ -13,8 +13,13 @@ import (
 	"time"
 )
 
-// killLoopRounds is how many times TestKillShellWriters kills the mount.
+// killLoopRounds is how many times TestKillShellWriters kills the mount,
+// in each durability mode.
 const killLoopRounds = 8
+
+// syncModes are the durability modes (`cmfs mount --sync`) the crash
+// tests run in: a kill -9 loses nothing in either.
+var syncModes = []string{"always", "interval"}
 
 // shellWriters are the shell loops TestKillShellWriters runs against the
 // mount, as an operator's scripts would: overwrite with >, append, a
@@ -34,6 +39,12 @@ var shellWriters = []string{
 // and that every original an event names is in cmroot.
 func TestKillShellWriters(t *testing.T) {
 	requireFUSE(t)
+	for _, mode := range syncModes {
+		t.Run(mode, func(t *testing.T) { killShellWriters(t, mode) })
+	}
+}
+
+func killShellWriters(t *testing.T, mode string) {
 	backing := filepath.Join(t.TempDir(), "backing")
 	dir := "k.db/t/p=1"
 	if err := os.Mkdir(backing, 0o755); err != nil {
@@ -46,7 +57,7 @@ func TestKillShellWriters(t *testing.T) {
 		if err := os.Mkdir(mp, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		mount := startForeground(t, backing, mp)
+		mount := startForeground(t, backing, mp, "--sync="+mode)
 		if err := os.MkdirAll(filepath.Join(mp, dir), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +82,7 @@ func TestKillShellWriters(t *testing.T) {
 			}
 		}
 		// Remounting runs recovery; the next round writes through it.
-		m := mountAt(t, backing)
+		m := mountAt(t, backing, "--sync="+mode)
 		m.unmount(t)
 		bad := journalTreeViolations(t, backing, state)
 		bad = append(bad, lostOriginals(t, filepath.Join(state, "cmroot"), events(t, state))...)
@@ -93,9 +104,9 @@ type foreground struct {
 }
 
 // startForeground mounts backing at mp with a foreground `cmfs mount` and
-// waits until the mount is there; env is added to the process's
-// environment.
-func startForeground(t *testing.T, backing, mp string, env ...string) *foreground {
+// waits until the mount is there; of extra, arguments starting with "--"
+// are flags of the mount, the others are added to its environment.
+func startForeground(t *testing.T, backing, mp string, extra ...string) *foreground {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "cmfs.log")
 	logFile, err := os.Create(logPath)
@@ -104,9 +115,17 @@ func startForeground(t *testing.T, backing, mp string, env ...string) *foregroun
 	}
 	defer logFile.Close()
 	live.Store(mp, true)
-	f := &foreground{mp: mp, cmd: exec.Command(cmfsBin, "mount", backing, mp), exited: make(chan error, 1), log: logPath}
+	args, env := []string{"mount"}, os.Environ()
+	for _, x := range extra {
+		if strings.HasPrefix(x, "--") {
+			args = append(args, x)
+		} else {
+			env = append(env, x)
+		}
+	}
+	f := &foreground{mp: mp, cmd: exec.Command(cmfsBin, append(args, backing, mp)...), exited: make(chan error, 1), log: logPath}
 	f.cmd.Stdout, f.cmd.Stderr = logFile, logFile
-	f.cmd.Env = append(os.Environ(), env...)
+	f.cmd.Env = env
 	if err := f.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
