@@ -5,19 +5,59 @@
 // # Contract
 //
 // Events get dense, strictly increasing ids starting at 1. Append returns
-// only after its events are durable (the commit is fsynced, unless
-// Options.NoSync), so an operation that journals before it acknowledges
-// its caller never acknowledges a change the log could lose. Appends from
-// many goroutines are group-committed: one writer goroutine takes every
-// pending request (up to Options.MaxBatch events), writes them in one
-// bbolt transaction and acknowledges all of them after that single commit,
-// so concurrent callers share fsyncs. While more Append calls are under
-// way than the batch holds (callers just acknowledged, about to queue
-// again), the writer lingers up to 200µs for them, so that a steady crowd
-// of writers shares one commit instead of splitting into halves that
-// alternate. A failed commit assigns no ids; a commit whose outcome bbolt
-// leaves unknown fails every later Append (reopen to recover). Times that
-// Append assigns are UTC, one per commit.
+// only after its events are durable (unless Options.NoSync, or under
+// SyncInterval, below), so an operation that journals before it
+// acknowledges its caller never acknowledges a change the log could lose.
+// Readers (Last, Range, Get, Wait) see an event only once it is durable.
+//
+// # The commit path
+//
+// Appends from many goroutines are group-committed without a writer
+// goroutine: the first caller to find no commit under way leads, takes
+// every queued request (up to Options.MaxBatch events), writes them as
+// one group to the write-ahead file (WAL, wal.go) and makes them durable
+// with one data-only fdatasync of it; each request's flush (AppendFlush:
+// what its events name, from the caller) runs at the same time, in the
+// same group, so one wait covers the event and its content. It then
+// answers the group and hands the lead to the first request queued
+// meanwhile. A lone caller commits in its own goroutine. While more
+// Append calls are under way than the group holds (callers just
+// acknowledged, about to queue again), the leader lingers up to 200µs for
+// them, so that a steady crowd shares one flush instead of splitting into
+// halves that alternate. If a request's flush fails, the group is taken
+// back (its record zeroed and synced) and written again without it: that
+// request fails with no ids assigned, the others commit.
+//
+// bbolt is written behind the WAL by the applier goroutine, many groups
+// per transaction (apply.go); until then readers find the events in
+// memory. The WAL's two preallocated segments are used in turn, a segment
+// again only once bbolt holds everything in it. A writable Open replays
+// into bbolt what the WAL holds beyond bbolt's newest event and empties
+// the WAL; a torn or damaged last record is cut back, damage followed by
+// good records of later events is refused (ErrCorrupt). Events whose
+// group's flush was never confirmed — after a power loss their named
+// content may not have reached the disk — go to Options.CheckTail first,
+// which may drop a suffix of them (no reader ever saw them). A commit
+// whose outcome is unknown (the WAL's sync failed) fails every later
+// Append (reopen to recover). Times that Append assigns are UTC, one per
+// group.
+//
+// # Durability modes
+//
+// Options.Sync chooses, as databases let one choose how a commit waits:
+//
+//   - SyncAlways (the default): Append returns once the WAL's fdatasync
+//     and the request's flush have returned.
+//   - SyncInterval: Append returns once its group is written to the WAL
+//     (a kill -9 loses nothing: the page cache keeps it); a background
+//     flush syncs the WAL and runs the flushes (or Options.FlushAll, one
+//     syncfs per interval) within Options.Interval of the first write, and
+//     only then are the events shown to readers. A power loss may take
+//     back the events of the last interval, never older ones. A failed
+//     background flush fails every later Append: an acknowledged change
+//     may not be durable, and the caller must hear of it.
+//
+// SyncStats reports the mode, groups, flushes and the flush latency.
 //
 // Append rejects events that Verify would reject (empty type or path, a
 // malformed checksum, a negative size) and names that are not valid UTF-8,
@@ -58,7 +98,8 @@
 //
 // # On-disk encoding
 //
-// The file is a bbolt database. Bucket "events" maps the event id, 8 bytes
+// The WAL's layout is in wal.go; it lives beside the database, at its path
+// with "-wal" appended. The database is a bbolt file. Bucket "events" maps the event id, 8 bytes
 // big-endian, to a record: the xxh64 of the payload, 8 bytes big-endian,
 // followed by the payload, the event as JSON (the same object
 // `cmfs events --json` prints). Bucket "meta" holds "version" = "1".

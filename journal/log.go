@@ -137,8 +137,8 @@ type Log struct {
 	groups, walSyncs, applies atomic.Uint64
 	flushTime                 latency
 
-	// mu orders Close after every Append that is handing a request to the
-	// writer, so that no request is queued after the writer stops.
+	// mu orders Close after every Append under way, so that nothing is
+	// queued once Close has begun.
 	mu       sync.RWMutex
 	closed   bool
 	isClosed atomic.Bool
@@ -152,7 +152,7 @@ type Log struct {
 	notifyMu sync.Mutex
 	notify   chan struct{} // closed and replaced after every commit
 
-	w writer // owned by the writer goroutine
+	w writer // owned by the leader of the group being committed
 
 	recovered WALRecovery
 
@@ -608,12 +608,12 @@ func (l *Log) loadWAL(base uint64) uint64 {
 }
 
 // Append assigns the next ids and the current time (where Time is zero) to
-// the events, in place, stores them in one transaction and returns once
-// they are durable. Events of one call get consecutive ids.
+// the events, in place, writes them in one group and returns once they are
+// durable (SyncAlways) or written (SyncInterval). Events of one call get
+// consecutive ids.
 //
-// ctx bounds only the wait to be queued: once the writer has taken the
-// events, Append waits for the commit, and committed events stay
-// committed. On error no id is assigned (ID and a Time that Append set are
+// ctx is checked once, before the events are queued: once queued, Append
+// waits for their group, and committed events stay committed. On error no id is assigned (ID and a Time that Append set are
 // reset to zero).
 //
 // Errors: ErrReadOnly, ErrClosed, ErrInvalid (wrapped), ctx.Err(),

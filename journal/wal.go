@@ -55,7 +55,7 @@ const (
 // walPath is where the WAL of the journal at path lives.
 func walPath(path string) string { return path + "-wal" }
 
-// wal is the open write-ahead file. The writer goroutine owns cur, off and
+// wal is the open write-ahead file. The leader owns cur, off and
 // segLast; the header is written under the Log's syncMu.
 type wal struct {
 	f       *os.File

@@ -11,7 +11,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// request is one Append call on its way through the writer.
+// request is one Append call on its way through a group commit.
 type request struct {
 	events []*Event
 	// tails holds the events' JSON from "type" on, encoded by the caller
@@ -45,7 +45,7 @@ func (r *request) free() {
 	requestPool.Put(r)
 }
 
-// writer is the state of the writer goroutine, reused across commits.
+// writer is the state of the leader (one at a time), reused across commits.
 type writer struct {
 	batch  []*request
 	keys   []byte // 8 bytes per event of the batch
