@@ -1,6 +1,7 @@
 package cmroot
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
@@ -193,6 +194,9 @@ func TestPreserveReflink(t *testing.T) {
 					sum := writeOriginal(t, p, reflinkSize, w.tag)
 					before := usedBytes(t, mnt)
 					made, written, kept := w.keep(t, s, dir, p, sum)
+					if refused := s.noClone.Load(); refused != (fstype != "xfs") {
+						t.Errorf("on %s the store remembers no reflinks: %v", fstype, refused)
+					}
 					grew := usedBytes(t, mnt) - before
 					shared := sharedBytes(t, made)
 					t.Logf("%s: used space grew %d KiB; %d of %d KiB shared", filepath.Base(made), grew>>10, shared>>10, reflinkSize>>10)
@@ -244,4 +248,223 @@ func TestPreserveReflink(t *testing.T) {
 			}
 		})
 	}
+}
+
+// noReflinks makes the store's filesystem one without reflinks.
+func noReflinks(o *sysOps) {
+	o.clone = func(dst, src *os.File) error {
+		return &os.PathError{Op: "FICLONE", Path: src.Name(), Err: syscall.EOPNOTSUPP}
+	}
+}
+
+// TestCloneRefused: where FICLONE fails, every way of copying copies, and
+// the entry is what a copy makes. A filesystem without reflinks
+// (EOPNOTSUPP, ENOTTY) is asked once per store; EXDEV and EINVAL, which
+// say something of one file, are asked each time; any other error (the
+// clone cut short) is left to the copy, which starts from an empty file.
+func TestCloneRefused(t *testing.T) {
+	tests := []struct {
+		errno syscall.Errno
+		// partial: the failed clone wrote something first.
+		partial bool
+		calls   int // of 3 copies
+	}{
+		{syscall.EOPNOTSUPP, false, 1},
+		{syscall.ENOTTY, false, 1},
+		{syscall.EXDEV, false, 3},
+		{syscall.EINVAL, false, 3},
+		{syscall.EIO, true, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.errno.Error(), func(t *testing.T) {
+			calls := 0
+			s := newTestStore(t, func(o *sysOps) {
+				o.clone = func(dst, src *os.File) error {
+					calls++
+					if tt.partial {
+						dst.Write([]byte("half a clone"))
+					}
+					return &os.PathError{Op: "FICLONE", Path: src.Name(), Err: tt.errno}
+				}
+				o.link = func(a, b string) error { return &os.LinkError{Op: "link", Old: a, New: b, Err: syscall.EMLINK} }
+			})
+			dir := t.TempDir()
+			p1, sum1 := writeFile(t, dir, "a", bytes.Repeat([]byte("a"), 100000))
+			p2, sum2 := writeFile(t, dir, "b", bytes.Repeat([]byte("b"), 100001))
+			p3, sum3 := writeFile(t, dir, "c", bytes.Repeat([]byte("c"), 100002))
+
+			f1, _ := os.Open(p1)
+			defer f1.Close()
+			name1, got, _, _, err := s.PreserveCopy(f1)
+			if err != nil || got != sum1 {
+				t.Fatalf("PreserveCopy = %s, %v; want %s", got, err, sum1)
+			}
+			f2, _ := os.Open(p2)
+			defer f2.Close()
+			name2, _, err := s.PreserveCopyOf(f2, sum2, 100001)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name3, _, err := s.Preserve(p3, sum3, 100002, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []string{name1, name2, name3} {
+				sum, size, _ := ParseName(n)
+				if m, got, err := checksum.File(s.Path(n), nil); err != nil || got != sum || m != size {
+					t.Errorf("entry %s holds %d bytes hashing to %s (%v)", n, m, got, err)
+				}
+			}
+			if calls != tt.calls {
+				t.Errorf("FICLONE tried %d times for 3 copies, want %d", calls, tt.calls)
+			}
+			if n := tmpFiles(t, s); len(n) != 0 {
+				t.Errorf("temp files left: %v", n)
+			}
+		})
+	}
+}
+
+// TestCloneVerified: a clone is verified as a copy is. The checksum an
+// entry is named by is of the clone's own bytes, so when the original
+// changes under the clone (a writer through FUSE passthrough does not
+// wait for cmfs) PreserveCopy names the entry by what it holds, and
+// Preserve, which was told the checksum, refuses with ErrChecksum and
+// leaves nothing behind (fail closed).
+func TestCloneVerified(t *testing.T) {
+	changed := []byte("the 0riginal") // a writer's change, as long as the original
+	s := newTestStore(t, func(o *sysOps) {
+		o.clone = func(dst, src *os.File) error {
+			_, err := dst.Write(changed)
+			return err
+		}
+		o.link = func(a, b string) error { return &os.LinkError{Op: "link", Old: a, New: b, Err: syscall.EMLINK} }
+	})
+	p, sum := writeFile(t, t.TempDir(), "f", []byte("the original"))
+
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	name, got, size, _, err := s.PreserveCopy(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := checksum.Bytes(changed); got != want || size != int64(len(changed)) || name != Name(want, size) {
+		t.Errorf("PreserveCopy of a changing file = %s %s %d; want it named by what it holds, %s", name, got, size, want)
+	}
+	if !bytes.Equal(readEntry(t, s, name), changed) {
+		t.Error("entry does not hold what its name says")
+	}
+
+	if _, _, err := s.Preserve(p, sum, int64(len("the original")), false); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("Preserve whose clone differs from the checksum: %v, want ErrChecksum", err)
+	}
+	if n, _ := s.Stats(); n != 1 || len(tmpFiles(t, s)) != 0 {
+		t.Errorf("after the refusal: %d entries (want 1), tmp %v", n, tmpFiles(t, s))
+	}
+}
+
+// TestCloneDurable: an original the store cloned survives a power loss
+// (XFS shut down without writing its log, then mounted again), both as
+// the store makes it durable itself (durable.Write's fsync) and as
+// protect's flush does for a store without sync (fdatasync of the entry:
+// on XFS it forces the log that holds the clone's extent map). A file
+// cloned after the last sync, and one written without any, are gone after
+// the crash: the crash takes back what was not forced.
+func TestCloneDurable(t *testing.T) {
+	t.Run("store", func(t *testing.T) {
+		mnt, fs := testFS(t, "xfs")
+		dir := filepath.Join(mnt, "cmroot")
+		s, err := open(dir, Options{}, defaultSys())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(mnt, "orig")
+		sum := writeOriginal(t, p, reflinkSize, 1)
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, _, _, _, err := s.PreserveCopy(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shared := sharedBytes(t, s.Path(name)); shared != reflinkSize {
+			t.Fatalf("entry shares %d of %d bytes: not a clone", shared, reflinkSize)
+		}
+		unsynced := filepath.Join(mnt, "unsynced")
+		if err := os.WriteFile(unsynced, []byte("never fsynced"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s.crash()
+		if err := fs.Crash(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(unsynced); err == nil && len(got) > 0 {
+			t.Fatalf("a file never fsynced survived the crash (%q): the crash did not drop the log", got)
+		}
+		s = openTestStore(t, dir)
+		if _, err := s.Lookup(name); err != nil {
+			t.Fatalf("entry after the crash: %v", err)
+		}
+		if n, got, err := checksum.File(s.Path(name), nil); err != nil || got != sum || n != reflinkSize {
+			t.Errorf("entry after the crash: %d bytes hashing to %s (%v); want %d, %s", n, got, err, reflinkSize, sum)
+		}
+	})
+	t.Run("fdatasync", func(t *testing.T) {
+		mnt, fs := testFS(t, "xfs")
+		p := filepath.Join(mnt, "orig")
+		sum := writeOriginal(t, p, reflinkSize, 2)
+		src, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		// Both clones get names that are durable before they clone.
+		var dsts []*os.File
+		for _, n := range []string{"synced", "unsynced"} {
+			f, err := os.Create(filepath.Join(mnt, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			dsts = append(dsts, f)
+		}
+		d, err := os.Open(mnt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		d.Close()
+		sys := defaultSys()
+		if err := sys.clone(dsts[0], src); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Fdatasync(int(dsts[0].Fd())); err != nil {
+			t.Fatal(err)
+		}
+		if err := sys.clone(dsts[1], src); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range append(dsts, src) {
+			f.Close()
+		}
+		if err := fs.Crash(); err != nil {
+			t.Fatal(err)
+		}
+		if n, got, err := checksum.File(filepath.Join(mnt, "synced"), nil); err != nil || got != sum || n != reflinkSize {
+			t.Errorf("clone fdatasynced before the crash: %d bytes hashing to %s (%v); want %d, %s", n, got, err, reflinkSize, sum)
+		}
+		if n, _, err := checksum.File(filepath.Join(mnt, "unsynced"), nil); err != nil || n != 0 {
+			t.Errorf("clone never synced: %d bytes after the crash (%v), want 0: the crash did not drop the log", n, err)
+		}
+	})
 }
