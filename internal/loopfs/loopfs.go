@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/cmfs-project/cmfs/internal/procfs"
@@ -98,12 +99,23 @@ func Make(image, dir, fstype string, size int64) (f *FS, err error) {
 }
 
 // Close unmounts the filesystem, detaches the loop device and removes the
-// image, as far as each was made. It is safe to call more than once.
+// image, as far as each was made. A filesystem still busy (a daemon on
+// it exiting after its own unmount) is tried again for up to busyWait. It
+// is safe to call more than once.
 func (f *FS) Close() error {
 	var errs []error
 	if f.Dir != "" && procfs.Mounted(f.Dir) {
-		if err := run("umount", f.Dir); err != nil {
-			errs = append(errs, err)
+		deadline := time.Now().Add(busyWait)
+		for {
+			err := run("umount", f.Dir)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				errs = append(errs, err)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	if f.Dev != "" && len(errs) == 0 {
@@ -144,6 +156,9 @@ func (f *FS) Crash() error {
 	}
 	return run("mount", "-t", f.Type, f.Dev, f.Dir)
 }
+
+// busyWait bounds how long Close waits for a busy filesystem.
+const busyWait = 15 * time.Second
 
 // XFS_IOC_GOINGDOWN (_IOR('X', 125, __u32)) and its flag that drops the
 // log instead of writing it.
