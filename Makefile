@@ -60,12 +60,16 @@ bench: build bench-deps
 	$(GO) run ./bench/cmd/ecbench
 
 # What the benchmarks compare with and the machine may lack: rsync (for
-# containerbench's report row). Installed once; if it cannot be, the row
-# says so and the run goes on.
+# containerbench's report row) and xfsprogs (mkfs.xfs, for cmfsbench's
+# XFS row, run on an XFS image it makes on a loop device). Installed once;
+# if one cannot be, its row says so and the run goes on.
 bench-deps:
 	@command -v rsync >/dev/null 2>&1 || \
 		{ apt-get install -y -q rsync >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q rsync >/dev/null 2>&1; }; } || \
 		echo "bench-deps: rsync could not be installed; containerbench reports its row as n/a"
+	@command -v mkfs.xfs >/dev/null 2>&1 || \
+		{ apt-get install -y -q xfsprogs >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q xfsprogs >/dev/null 2>&1; }; } || \
+		echo "bench-deps: xfsprogs could not be installed; cmfsbench reports its XFS row as n/a"
 
 demo: build
 	./scripts/demo.sh

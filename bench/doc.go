@@ -8,7 +8,9 @@
 // implementation serves it. Implementations (impl.go) turn a backing
 // directory into a mounted directory and back; the mount helpers
 // (mount.go) poll the mountpoint's st_dev with a deadline and always
-// unmount, falling back to a lazy `fusermount3 -u -z`.
+// unmount, falling back to a lazy `fusermount3 -u -z`. OnXFS runs rows
+// with every implementation mounted again over backing directories on an
+// XFS filesystem it makes on a loop device for them, and removes.
 //
 // Caveats: the numbers include the page cache of the machine they run on.
 // Reads are made cold by `sync; echo 3 > /proc/sys/vm/drop_caches`, which

@@ -78,6 +78,9 @@ type Workload struct {
 	// different files; a workload may use the files an earlier workload of
 	// the same rep left (a read reads what the write wrote).
 	Run func(dir string, rep int) (Measurement, error)
+	// Prepare, if set, runs once in each subject's directory before the
+	// workload's first run, untimed: it makes the files the runs change.
+	Prepare func(dir string) error
 }
 
 // Workloads returns the suite, in the order it must run.
@@ -178,6 +181,29 @@ func Workloads(cfg Config) []Workload {
 	}
 }
 
+// XFSWorkloads returns the rows run with every backing directory on XFS
+// (OnXFS), where cmfs keeps an original by reflink: the in-place pwrite of
+// Workloads, into a file that Prepare writes once per column, through the
+// column's mount, as the seq write makes it for the row on the run's own
+// filesystem. Every run patches that file with new content, so cmfs keeps
+// a new original each time, as it does for a fresh file; its checksum is
+// cached from the close before, as the O_TRUNC overwrite leaves it for the
+// other row.
+func XFSWorkloads(cfg Config) []Workload {
+	const file = "big-xfs"
+	return []Workload{{
+		Name: fmt.Sprintf("4 KiB in-place pwrite into %s, XFS", Size(cfg.FileSize)), Unit: Millis, Cold: true, Data: true,
+		Targets: []Target{{Base: NativeName, Min: 0.5}}, // ≤ 2× native time
+		Prepare: func(dir string) error {
+			_, err := SeqWrite(filepath.Join(dir, file), cfg.FileSize, 4000)
+			return err
+		},
+		Run: func(dir string, rep int) (Measurement, error) {
+			return WriteAt(filepath.Join(dir, file), cfg.FileSize/2, 4096, uint64(rep)+2000)
+		},
+	}}
+}
+
 // Progress is told about every run as it completes.
 type Progress interface {
 	Ran(w *Workload, impl string, rep int, m Measurement, err error)
@@ -203,6 +229,26 @@ func Run(ctx context.Context, cfg Config, workloads []Workload, subjects []Subje
 		w := &workloads[wi]
 		row := &Row{Name: w.Name, Unit: w.Unit, Targets: w.Targets, Best: cfg.Best}
 		rows = append(rows, row)
+		unprepared := map[string]bool{}
+		for _, s := range subjects {
+			if w.Prepare == nil {
+				break
+			}
+			if err := ctx.Err(); err != nil {
+				return rows, err
+			}
+			if _, ok := broken[s.Name]; ok {
+				continue
+			}
+			_, err := runTimed(cfg.Timeout, s.Mount, func() (Measurement, error) { return Measurement{}, w.Prepare(s.Mount.Dir) })
+			if err != nil {
+				row.Fail(s.Name, fmt.Errorf("prepare: %w", err))
+				unprepared[s.Name] = true
+				if _, timedOut := err.(timeoutError); timedOut {
+					broken[s.Name] = fmt.Errorf("not run: mount aborted after a timeout preparing %q", w.Name)
+				}
+			}
+		}
 		reps := cfg.Reps
 		if w.Data {
 			reps = cfg.DataReps
@@ -215,6 +261,9 @@ func Run(ctx context.Context, cfg Config, workloads []Workload, subjects []Subje
 				}
 				if err, ok := broken[s.Name]; ok {
 					row.Fail(s.Name, err)
+					continue
+				}
+				if unprepared[s.Name] {
 					continue
 				}
 				if cfg.Cold && w.Cold {

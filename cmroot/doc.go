@@ -12,6 +12,24 @@
 //     (keep) the original into the store, so the entry is the original
 //     inode. On another filesystem it copies, fsyncs and verifies the copy
 //     against the caller's checksum before anything is removed.
+//   - Copies clone first. Every copy the store makes (Preserve where no
+//     rename or link can be had, PreserveCopy and PreserveCopyOf before a
+//     change in place, Restore) first asks for a clone (FICLONE): on a
+//     filesystem with reflinks (XFS, btrfs) the new file shares the
+//     original's extents, the whole file at once, O(1) in its size, and a
+//     later write to either un-shares only the blocks it touches, so the
+//     entry keeps the bytes it was made with. Where the kernel refuses
+//     (another filesystem, no reflinks, a file it will not clone) the
+//     bytes are copied as before; a filesystem without reflinks
+//     (EOPNOTSUPP, ENOTTY) is remembered and not asked again. A clone is
+//     verified exactly as a copy: PreserveCopy, Preserve and Restore hash
+//     the clone's own bytes, read back from it, so an entry is named by
+//     what it holds even when a writer changed the original meanwhile,
+//     and a checksum the caller gave that does not match fails with
+//     ErrChecksum; PreserveCopyOf trusts its caller's checksum for a clone
+//     as for a copy. A clone is as durable as a copy: fsynced before its
+//     rename (on XFS the fsync, or protect's fdatasync of the entry, forces
+//     the log that holds the clone's extent map and reference counts).
 //   - Retention lives in the store's own index only. Entry files are never
 //     chmod'ed, chown'ed or utimes'ed: a preserved file keeps the times and
 //     mode it had, so a program that still holds it open sees nothing change.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -34,9 +35,10 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); retur
 // O_TRUNC with move.
 //
 // Preserve trusts the caller's checksum on the rename and link paths (it
-// has the bytes already); a copy is hashed on the way and fails with
-// ErrChecksum if it differs. Errors read "preserve <path>: …" and wrap the
-// underlying errno (ENOSPC, EIO, ENOENT…), ErrChecksum or ErrClosed.
+// has the bytes already); a copy is hashed on the way, a clone read back,
+// and either fails with ErrChecksum if it differs. Errors read
+// "preserve <path>: …" and wrap the underlying errno (ENOSPC, EIO,
+// ENOENT…), ErrChecksum or ErrClosed.
 func (s *Store) Preserve(path, xxh64 string, size int64, move bool) (name string, created bool, err error) {
 	name, created, err = s.preserve(path, xxh64, size, move)
 	if err != nil {
@@ -134,8 +136,10 @@ func (s *Store) refresh(name, path string, move bool) error {
 	return nil
 }
 
-// copyIn is Preserve across filesystems: copy into .tmp while hashing,
-// verify, fsync, rename into place, and only then (move) remove path.
+// copyIn is Preserve where neither rename nor link can be had (another
+// filesystem; a link refused): clone or copy into .tmp, hash what .tmp
+// holds, verify, fsync, rename into place, and only then (move) remove
+// path.
 func (s *Store) copyIn(path string, fi os.FileInfo, name string, move bool) (created bool, err error) {
 	sum, size, _ := ParseName(name)
 	src, err := os.Open(path)
@@ -154,7 +158,7 @@ func (s *Store) copyIn(path string, fi os.FileInfo, name string, move bool) (cre
 	exists := false
 	err = durable.Write(s.tmpPath(), fi.Mode().Perm(), s.sync,
 		func(f *os.File) error {
-			n, got, err := s.copyHashed(f, src)
+			n, got, err := s.fillHashed(f, src)
 			if err != nil {
 				return err
 			}
@@ -202,6 +206,93 @@ func (s *Store) copyIn(path string, fi os.FileInfo, name string, move bool) (cre
 	return true, nil
 }
 
+// How an original is copied. Every copy the store makes goes through
+// fillHashed or fillKnown, which clone before they copy: FICLONE makes the
+// new file share the original's extents, the whole file at once, O(1) in
+// its size, on a filesystem with reflinks (XFS, btrfs); a later write to
+// either file un-shares only the blocks it touches (copy-on-write), so the
+// entry keeps the bytes it was made with. Where the files are on different
+// filesystems, or the filesystem has no reflinks, or it refuses this file,
+// the ioctl fails and the bytes are copied as before. A filesystem without
+// reflinks (EOPNOTSUPP, ENOTTY: ext4, tmpfs, FUSE) is remembered, and the
+// store never asks again; EXDEV (the original is on another mount) and
+// EINVAL (btrfs refuses some files, not all) cost one failed system call
+// per copy and are asked again.
+//
+// A clone is verified as a copy is: fillHashed names the entry by the
+// checksum of the clone's own bytes, read back from it, so an original
+// that a writer changes meanwhile (through FUSE passthrough, writes never
+// wait for cmfs) still gets an entry whose name matches what it holds.
+// Durability is the same too: durable.Write fsyncs the new file, which on
+// XFS forces the log holding the clone's extent map and reference counts
+// (the original's dirty pages were written back by the clone itself).
+
+// fillHashed makes tmp, a new empty file, hold src's content from offset 0
+// to EOF and returns its size and checksum: the checksum of what tmp
+// holds, read back after a clone, hashed on the way of a copy. src's file
+// offset does not move.
+func (s *Store) fillHashed(tmp, src *os.File) (int64, string, error) {
+	cloned, err := s.clone(tmp, src)
+	if err != nil {
+		return 0, "", err
+	}
+	if !cloned {
+		return s.copyHashed(tmp, src)
+	}
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	return checksum.Reader(io.NewSectionReader(tmp, 0, math.MaxInt64), *bp)
+}
+
+// fillKnown makes tmp, a new empty file, hold the first size bytes of
+// src, which nothing writes to meanwhile (PreserveCopyOf's caller says
+// so, and knows their checksum): by clone, or in the kernel by
+// copy_file_range, without hashing.
+func (s *Store) fillKnown(tmp, src *os.File, size int64) error {
+	cloned, err := s.clone(tmp, src)
+	if err != nil {
+		return err
+	}
+	if !cloned {
+		return copyRange(tmp, src, size)
+	}
+	fi, err := tmp.Stat()
+	switch {
+	case err != nil:
+		return err
+	case fi.Size() < size:
+		return fmt.Errorf("cloned %d of %d bytes: %w", fi.Size(), size, io.ErrUnexpectedEOF)
+	case fi.Size() > size:
+		return tmp.Truncate(size) // what a copy would take: the first size bytes
+	}
+	return nil
+}
+
+// clone makes tmp, a new empty file, share src's extents (FICLONE). It
+// reports false, with tmp still empty, where the filesystem cannot; the
+// caller copies instead.
+func (s *Store) clone(tmp, src *os.File) (bool, error) {
+	if s.noClone.Load() {
+		return false, nil
+	}
+	err := s.sys.clone(tmp, src)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOTTY) {
+		s.noClone.Store(true)
+	}
+	// Whatever the error, the copy decides: one that fails for the same
+	// reason (ENOSPC, EIO) reports it. A clone cut short may have shared
+	// some extents already: the copy starts from an empty file, at its
+	// start (it writes at the file offset).
+	if err := tmp.Truncate(0); err != nil {
+		return false, err
+	}
+	_, err = tmp.Seek(0, io.SeekStart)
+	return false, err
+}
+
 // copyHashed copies src from offset 0 to EOF into f, hashing the bytes on
 // the way. It reads with ReadAt, so src's file offset does not move.
 func (s *Store) copyHashed(f *os.File, src io.ReaderAt) (int64, string, error) {
@@ -228,11 +319,12 @@ func (s *Store) copyHashed(f *os.File, src io.ReaderAt) (int64, string, error) {
 	}
 }
 
-// PreserveCopy copies the open file f into the store, computing its
-// checksum on the way, fsyncs the copy and returns the entry's name,
-// checksum and size. Used before an in-place change of f. It reads f with
-// ReadAt, so f's offset does not move. If the content is already stored,
-// the copy is discarded and the entry refreshed (created is false).
+// PreserveCopy copies (clones, where the filesystem can) the open file f
+// into the store, computing the checksum of the copy's bytes, fsyncs the
+// copy and returns the entry's name, checksum and size. Used before an
+// in-place change of f. It reads f with ReadAt, so f's offset does not
+// move. If the content is already stored, the copy is discarded and the
+// entry refreshed (created is false).
 func (s *Store) PreserveCopy(f *os.File) (name, xxh64 string, size int64, created bool, err error) {
 	name, created, err = s.preserveCopy(f)
 	if err != nil {
@@ -245,7 +337,7 @@ func (s *Store) PreserveCopy(f *os.File) (name, xxh64 string, size int64, create
 func (s *Store) preserveCopy(f *os.File) (string, bool, error) {
 	var name string
 	return s.copyFrom(f, &name, func(tmp *os.File) error {
-		n, sum, err := s.copyHashed(tmp, f)
+		n, sum, err := s.fillHashed(tmp, f)
 		name = Name(sum, n)
 		return err
 	})
@@ -253,8 +345,8 @@ func (s *Store) preserveCopy(f *os.File) (string, bool, error) {
 
 // PreserveCopyOf is PreserveCopy for a file whose checksum and size the
 // caller knows, and which nothing writes to meanwhile: an existing entry
-// is only refreshed, without reading f, and a new one is copied in the
-// kernel (copy_file_range) without hashing.
+// is only refreshed, without reading f, and a new one is cloned, or copied
+// in the kernel (copy_file_range), without hashing.
 func (s *Store) PreserveCopyOf(f *os.File, xxh64 string, size int64) (name string, created bool, err error) {
 	name = Name(xxh64, size)
 	if _, _, ok := ParseName(name); !ok {
@@ -268,32 +360,37 @@ func (s *Store) PreserveCopyOf(f *os.File, xxh64 string, size int64) (name strin
 		return name, false, s.refresh(name, "", false)
 	}
 	named := name
-	name, created, err = s.copyFrom(f, &named, func(tmp *os.File) error {
-		var off int64
-		for off < size {
-			n, err := unix.CopyFileRange(int(f.Fd()), &off, int(tmp.Fd()), nil, int(min(size-off, 1<<30)), 0)
-			if errors.Is(err, syscall.EXDEV) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EOPNOTSUPP) {
-				// Another filesystem the kernel cannot copy across: copy here.
-				m, err := io.Copy(tmp, io.NewSectionReader(f, off, size-off))
-				off += m
-				if err == nil && off != size {
-					err = io.ErrUnexpectedEOF
-				}
-				return err
-			}
-			if err != nil {
-				return err
-			}
-			if n == 0 {
-				return fmt.Errorf("copied %d of %d bytes: %w", off, size, io.ErrUnexpectedEOF)
-			}
-		}
-		return nil
-	})
+	name, created, err = s.copyFrom(f, &named, func(tmp *os.File) error { return s.fillKnown(tmp, f, size) })
 	if err != nil {
 		return "", false, fmt.Errorf("preserve %s: %w", f.Name(), err)
 	}
 	return name, created, nil
+}
+
+// copyRange copies the first size bytes of src into dst in the kernel
+// (copy_file_range), or through a buffer where the kernel cannot copy
+// between the two.
+func copyRange(dst, src *os.File, size int64) error {
+	var off int64
+	for off < size {
+		n, err := unix.CopyFileRange(int(src.Fd()), &off, int(dst.Fd()), nil, int(min(size-off, 1<<30)), 0)
+		if errors.Is(err, syscall.EXDEV) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EOPNOTSUPP) {
+			// Another filesystem the kernel cannot copy across: copy here.
+			m, err := io.Copy(dst, io.NewSectionReader(src, off, size-off))
+			off += m
+			if err == nil && off != size {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("copied %d of %d bytes: %w", off, size, io.ErrUnexpectedEOF)
+		}
+	}
+	return nil
 }
 
 // copyFrom fills a temporary file with fill, which sets *name, and places

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -75,6 +76,8 @@ type Store struct {
 	sync   bool
 	sys    sysOps
 	lock   *os.File // flock'ed for the store's lifetime
+	// noClone: the store's filesystem has no reflinks; copies copy.
+	noClone atomic.Bool
 
 	// stripes serialise everything that changes one entry (its file and its
 	// record) without serialising unrelated entries.
@@ -107,6 +110,8 @@ type sysOps struct {
 	link   func(oldpath, newpath string) error
 	// write writes p to f (the copy path).
 	write func(f *os.File, p []byte) (int, error)
+	// clone makes dst share src's extents (FICLONE).
+	clone func(dst, src *os.File) error
 	now   func() time.Time
 }
 
@@ -115,7 +120,13 @@ func defaultSys() sysOps {
 		rename: durable.RenameNoReplace,
 		link:   os.Link,
 		write:  func(f *os.File, p []byte) (int, error) { return f.Write(p) },
-		now:    time.Now,
+		clone: func(dst, src *os.File) error {
+			if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err != nil {
+				return &os.PathError{Op: "FICLONE", Path: src.Name(), Err: err}
+			}
+			return nil
+		},
+		now: time.Now,
 	}
 }
 

@@ -457,7 +457,7 @@ func TestPreserveENOSPC(t *testing.T) {
 	var dir string
 	written := 0
 	var mu sync.Mutex
-	s := newTestStore(t, crossFS(&dir), func(o *sysOps) {
+	s := newTestStore(t, crossFS(&dir), noReflinks, func(o *sysOps) {
 		o.write = func(f *os.File, p []byte) (int, error) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -6,7 +6,9 @@
 //
 //   - cmfs: protection of every destructive operation, crashes at each
 //     failpoint and kill -9 loops, a power loss (the mount over a lazyfs
-//     whose unsynced writes are dropped), full disks, bad input;
+//     whose unsynced writes are dropped), full disks, bad input,
+//     preservation by reflink over a backing directory on XFS (made on a
+//     loop device; needs mkfs.xfs, which CI must have);
 //   - replicad: dump, load and follow between a source mount and a
 //     target, slots, containers replicated between `replicad serve`
 //     nodes, with faults on the wire from an in-process toxiproxy and

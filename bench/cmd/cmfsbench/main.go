@@ -11,7 +11,9 @@
 // benchmark. With -base REV it also builds ./cmd/cmfs as it is at git
 // revision REV and runs it as one more column, cmfs@REV, so that the table
 // shows what the changes since REV cost. An implementation that does not
-// build or mount is reported as n/a; the others still run. Progress goes to stderr, the machine
+// build or mount is reported as n/a; the others still run. The XFS row
+// mounts every implementation again over backing directories on an XFS
+// image it makes on a loop device (root and mkfs.xfs; n/a without). Progress goes to stderr, the machine
 // description and the tables (aligned text, then markdown) to stdout.
 package main
 
@@ -249,6 +251,14 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 
 	start := time.Now()
 	rows, runErr := bench.Run(ctx, cfg, bench.Workloads(cfg), subjects, progress{logf})
+	if runErr == nil {
+		// The same implementations again, over backing directories on an
+		// XFS image made for them, where cmfs keeps originals by reflink.
+		logf("making XFS on a loop device for the XFS rows...")
+		xfsRows, err := bench.OnXFS(ctx, cfg, filepath.Join(runDir, "xfs"), bench.XFSImageSize(cfg, len(impls)), impls, bench.XFSWorkloads(cfg), progress{logf})
+		rows = append(rows, xfsRows...)
+		runErr = err
+	}
 	if runErr == nil && opts.journalEvents > 0 && slices.Contains(opts.impls, bench.CmfsName) {
 		row := journalRow(ctx, work, runDir, cfg.Writers, opts.journalEvents, logf)
 		rows = append(rows, row)
