@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cmfs-project/cmfs/internal/durable"
@@ -53,6 +54,48 @@ type Record struct {
 	CMRoot     string `json:"cmroot"`
 	Retain     string `json:"retain"`
 	PID        int    `json:"pid"`
+	// Started is when the mount began, and BootID the kernel's boot id
+	// then (BootID): a record whose boot id is not the running kernel's
+	// was written before the machine last booted.
+	Started time.Time `json:"started,omitzero"`
+	BootID  string    `json:"boot_id,omitempty"`
+	// Clean says the mount stopped cleanly: everything it wrote, and
+	// everything its journal names, was durable when it exited. A mount
+	// writes its record with Clean false as it starts and sets it as it
+	// exits.
+	Clean bool `json:"clean"`
+}
+
+// LostWrites says whether the mount r records may have lost writes to a
+// power loss: it did not stop cleanly and the machine has booted since
+// (boot is the running kernel's BootID). A mount killed without a reboot
+// lost nothing it wrote — the page cache kept it — and its in-flight
+// table is intact; after a reboot, what it wrote without flushing may be
+// gone. A record from before boot ids were kept, or a machine whose boot
+// id is unknown (boot ""), counts as rebooted. The zero Record (never
+// mounted) lost nothing.
+func (r Record) LostWrites(boot string) bool {
+	return r.Backing != "" && !r.Clean && (boot == "" || r.BootID != boot)
+}
+
+// BootIDFile is where the kernel says which boot this is.
+const BootIDFile = "/proc/sys/kernel/random/boot_id"
+
+// TestBootIDEnv, for tests only, replaces the boot id BootID returns, so
+// that a test can make a mount see a reboot without one.
+const TestBootIDEnv = "CMFS_TEST_BOOT_ID"
+
+// BootID returns the running kernel's boot id: a random UUID the kernel
+// draws at every boot ("" where /proc does not say).
+func BootID() string {
+	if id := os.Getenv(TestBootIDEnv); id != "" {
+		return id
+	}
+	b, err := os.ReadFile(BootIDFile)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // ReadRecord reads the mount record of a state directory; the zero Record
@@ -71,6 +114,17 @@ func ReadRecord(state string) (Record, error) {
 		return r, fmt.Errorf("mount record %s: %w", p, err)
 	}
 	return r, nil
+}
+
+// MarkClean sets Clean in the mount record of state: its mount stopped
+// cleanly.
+func MarkClean(state string) error {
+	r, err := ReadRecord(state)
+	if err != nil {
+		return err
+	}
+	r.Clean = true
+	return WriteRecord(state, r)
 }
 
 // WriteRecord writes the mount record durably.

@@ -51,3 +51,54 @@ func TestRetention(t *testing.T) {
 		})
 	}
 }
+
+func TestLostWrites(t *testing.T) {
+	const boot = "2010cd47-4cd7-4344-8b25-e764df05327f"
+	for _, tc := range []struct {
+		name string
+		r    Record
+		boot string
+		want bool
+	}{
+		{"never mounted", Record{}, boot, false},
+		{"stopped cleanly", Record{Backing: "/b", BootID: "other", Clean: true}, boot, false},
+		{"killed, same boot", Record{Backing: "/b", BootID: boot}, boot, false},
+		{"killed, rebooted since", Record{Backing: "/b", BootID: "other"}, boot, true},
+		{"record without a boot id", Record{Backing: "/b"}, boot, true},
+		{"boot id unknown", Record{Backing: "/b", BootID: boot}, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.r.LostWrites(tc.boot); got != tc.want {
+				t.Errorf("%+v.LostWrites(%q) = %v, want %v", tc.r, tc.boot, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestMarkClean(t *testing.T) {
+	state := t.TempDir()
+	r := Record{Backing: "/b", PID: 7, BootID: "x", Started: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}
+	if err := WriteRecord(state, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := MarkClean(state); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadRecord(state)
+	r.Clean = true
+	if err != nil || got != r {
+		t.Fatalf("after MarkClean: %+v, %v; want %+v", got, err, r)
+	}
+}
+
+func TestBootID(t *testing.T) {
+	if _, err := os.Stat(BootIDFile); err == nil {
+		if id := BootID(); len(id) != 36 {
+			t.Errorf("BootID() = %q, want a UUID from %s", id, BootIDFile)
+		}
+	}
+	t.Setenv(TestBootIDEnv, "simulated-reboot")
+	if id := BootID(); id != "simulated-reboot" {
+		t.Errorf("BootID() with %s set = %q", TestBootIDEnv, id)
+	}
+}
