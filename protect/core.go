@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
@@ -39,6 +40,23 @@ type Options struct {
 	// Hidden lists directories (the state directory, cmroot) that are not
 	// part of the tree even when they lie inside Backing.
 	Hidden []string
+
+	// Reconcile makes Open compare the whole tree with the journal, after
+	// the in-flight table's changes are journaled, and journal what
+	// differs (reconcile.go): the previous mount did not stop cleanly and
+	// the machine has booted since (statedir.Record.LostWrites), so a
+	// power loss may have taken back events and intents.
+	Reconcile bool
+	// Since is when that mount started (zero: unknown): a file no event
+	// names with an older ctime predates it.
+	Since time.Time
+	// ReconcileMargin is DefaultReconcileMargin when 0.
+	ReconcileMargin time.Duration
+	// Tail is what the journal's tail check found as it opened
+	// (TailCheck), nil if none ran. Open reports it, and reconciles when
+	// the check dropped events or found the tree moved on: the disk lost
+	// writes, whatever the mount record says.
+	Tail *TailReport
 }
 
 // Core is the protection of one backing directory: each of its operations
@@ -91,6 +109,23 @@ type Recovery struct {
 	// Damaged is how many records of the in-flight table could not be
 	// read: changes made then may be missing from the journal.
 	Damaged int
+
+	// TailDropped is how many events of the journal's unverified tail its
+	// check dropped (Options.Tail), TailWhy what the disk lacked for the
+	// first of them.
+	TailDropped int
+	TailWhy     string
+
+	// Reconciled says Open compared the tree with the journal
+	// (Options.Reconcile); the counts are what it journaled: files
+	// whose content was not their last word (Changed), files and
+	// symlinks no event named (Added), paths whose last word the tree
+	// lacked (Removed), and of the files changed or removed, those whose
+	// last content is neither in cmroot nor anywhere in the tree (Lost).
+	// Walked files and symlinks were stat'ed, Hashed of them read.
+	Reconciled                    bool
+	Changed, Added, Removed, Lost int
+	Walked, Hashed                int
 }
 
 // Findings is the line an operator is shown, "" when there is nothing.
@@ -101,6 +136,15 @@ func (r Recovery) Findings(state string) string {
 	}
 	if r.Damaged > 0 {
 		parts = append(parts, fmt.Sprintf("in-flight table %s: %d damaged record(s) ignored: changes a dead mount made then may be missing from the journal", filepath.Join(state, statedir.InflightFile), r.Damaged))
+	}
+	if r.TailDropped > 0 {
+		parts = append(parts, fmt.Sprintf("journal: dropped the last %d event(s), whose group flush never finished and whose content the disk lacks (%s)", r.TailDropped, r.TailWhy))
+	}
+	if r.Changed+r.Added+r.Removed > 0 {
+		parts = append(parts, fmt.Sprintf("after an unclean shutdown and a reboot the tree differed from the journal: journaled %d changed, %d new and %d removed path(s)", r.Changed, r.Added, r.Removed))
+	}
+	if r.Lost > 0 {
+		parts = append(parts, fmt.Sprintf("content lost: %d file(s) whose last journaled content is neither in cmroot nor in the tree", r.Lost))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -149,12 +193,36 @@ func Open(ctx context.Context, opts Options, j *journal.Log, store *cmroot.Store
 		return nil, Recovery{}, fmt.Errorf("in-flight table: %w", err)
 	}
 	c.inflight = t
+	// The newest event that survived, before recovery adds any.
+	var newest time.Time
+	if last := j.Last(); last > 0 {
+		e, err := j.Get(last)
+		if err != nil {
+			t.close()
+			return nil, Recovery{}, err
+		}
+		newest = e.Time
+	}
 	n, err := c.recover(ctx, left)
 	if err != nil {
 		t.close()
 		return nil, Recovery{}, fmt.Errorf("recover changes a dead mount left unjournaled: %w", err)
 	}
-	return c, Recovery{Journaled: n, Damaged: damaged}, nil
+	rec := Recovery{Journaled: n, Damaged: damaged}
+	if tr := opts.Tail; tr != nil {
+		rec.TailDropped, rec.TailWhy = tr.Dropped(), tr.Why
+	}
+	if opts.Reconcile || rec.TailDropped > 0 || (opts.Tail != nil && opts.Tail.Moved > 0) {
+		r, err := c.reconcile(ctx, newest, opts.Since, opts.ReconcileMargin)
+		if err != nil {
+			t.close()
+			return nil, rec, fmt.Errorf("reconcile the tree with the journal: %w", err)
+		}
+		rec.Reconciled = true
+		rec.Changed, rec.Added, rec.Removed, rec.Lost = r.changed, r.added, r.removed, r.lost
+		rec.Walked, rec.Hashed = r.walked, r.hashed
+	}
+	return c, rec, nil
 }
 
 // Close closes the in-flight table. Every handle must be released.

@@ -30,6 +30,12 @@ type harness struct {
 // runs recovery of what a previous harness left in flight.
 func openHarness(t *testing.T, backing string) *harness {
 	t.Helper()
+	return openHarnessWith(t, backing, nil)
+}
+
+// openHarnessWith is openHarness with the Options changed by opt first.
+func openHarnessWith(t *testing.T, backing string, opt func(*Options)) *harness {
+	t.Helper()
 	h := &harness{backing: backing, state: filepath.Join(backing, ".cmfs")}
 	if err := os.MkdirAll(h.state, 0o700); err != nil {
 		t.Fatal(err)
@@ -41,10 +47,14 @@ func openHarness(t *testing.T, backing string) *harness {
 	if h.store, err = cmroot.Open(filepath.Join(h.state, "cmroot"), cmroot.Options{NoSync: true}); err != nil {
 		t.Fatal(err)
 	}
-	h.core, h.recovered, err = Open(context.Background(), Options{
+	opts := Options{
 		Backing: backing, State: h.state, Exclude: statedir.DefaultExcludes,
 		Hidden: []string{h.state, filepath.Join(h.state, "cmroot")},
-	}, h.log, h.store)
+	}
+	if opt != nil {
+		opt(&opts)
+	}
+	h.core, h.recovered, err = Open(context.Background(), opts, h.log, h.store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +330,7 @@ func lostOriginals(h *harness, evs []journal.Event) []string {
 }
 
 // treeViolations compares the journal's last word on every path with the
-// backing tree (the state directory left out) (I3).
+// backing tree (the state directory and scratch space left out) (I3).
 func treeViolations(t *testing.T, h *harness, evs []journal.Event) []string {
 	t.Helper()
 	want := journal.Replay(evs)
@@ -331,8 +341,10 @@ func treeViolations(t *testing.T, h *harness, evs []journal.Event) []string {
 		}
 		rel, _ := filepath.Rel(h.backing, p)
 		switch {
-		case rel == ".cmfs":
+		case rel == ".cmfs" || (rel != "." && h.core.excluded(rel) && d.IsDir()):
 			return filepath.SkipDir
+		case h.core.excluded(rel):
+			return nil
 		case d.Type()&fs.ModeSymlink != 0:
 			target, err := os.Readlink(p)
 			if err != nil {

@@ -198,7 +198,16 @@ func (t *inflight) write(slot int, in *intent) error {
 	return nil
 }
 
-func (t *inflight) close() error { return t.f.Close() }
+// close closes the table, fsynced first: what a clean shutdown leaves in
+// it (changes kept for a later event) must outlive a power loss, since the
+// mount record then says no reconciliation is needed.
+func (t *inflight) close() error {
+	err := t.f.Sync()
+	if cerr := t.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
 
 // intend admits a change and records it before it is made, and returns
 // the function that clears it; call that once the change is journaled or
