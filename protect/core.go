@@ -203,17 +203,17 @@ func Open(ctx context.Context, opts Options, j *journal.Log, store *cmroot.Store
 		}
 		newest = e.Time
 	}
-	n, err := c.recover(ctx, left)
+	recovered, err := c.recover(ctx, left)
 	if err != nil {
 		t.close()
 		return nil, Recovery{}, fmt.Errorf("recover changes a dead mount left unjournaled: %w", err)
 	}
-	rec := Recovery{Journaled: n, Damaged: damaged}
+	rec := Recovery{Journaled: len(recovered), Damaged: damaged}
 	if tr := opts.Tail; tr != nil {
 		rec.TailDropped, rec.TailWhy = tr.Dropped(), tr.Why
 	}
 	if opts.Reconcile || rec.TailDropped > 0 || (opts.Tail != nil && opts.Tail.Moved > 0) {
-		r, err := c.reconcile(ctx, newest, opts.Since, opts.ReconcileMargin)
+		r, err := c.reconcile(ctx, recovered, newest, opts.Since, opts.ReconcileMargin)
 		if err != nil {
 			t.close()
 			return nil, rec, fmt.Errorf("reconcile the tree with the journal: %w", err)

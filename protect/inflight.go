@@ -321,8 +321,9 @@ func (c *Core) settle(ks []kept, journaled bool) {
 
 // recover journals the changes that intents left by a dead mount describe
 // and that took effect without their event. It runs before the mount
-// serves anything. Every event it writes describes the tree as it is.
-func (c *Core) recover(ctx context.Context, left []intent) (int, error) {
+// serves anything. Every event it writes describes the tree as it is; it
+// returns them.
+func (c *Core) recover(ctx context.Context, left []intent) ([]*journal.Event, error) {
 	var events []*journal.Event
 	// pending is the content of each path the events so far give it, so
 	// that two intents for one path journal it once.
@@ -338,7 +339,7 @@ func (c *Core) recover(ctx context.Context, left []intent) (int, error) {
 			}
 		}
 		if journaled, err := c.journaledSince(in, e); err != nil {
-			return 0, err
+			return nil, err
 		} else if journaled {
 			continue
 		}
@@ -347,7 +348,10 @@ func (c *Core) recover(ctx context.Context, left []intent) (int, error) {
 		}
 		events = append(events, e)
 	}
-	return len(events), c.emit(ctx, events...)
+	if err := c.emit(ctx, events...); err != nil {
+		return nil, err
+	}
+	return events, nil
 }
 
 // contentOf returns the new content e gives rel (the first file of that

@@ -94,8 +94,8 @@ func TestRecover(t *testing.T) {
 	}
 	var got []*journal.Event
 	j.Range(2, 0, func(e *journal.Event) error { got = append(got, e); return nil })
-	if n != 2 || len(got) != 2 {
-		t.Fatalf("recovered %d events: %+v; want the delete and the write", n, got)
+	if len(n) != 2 || len(got) != 2 {
+		t.Fatalf("recovered %d events: %+v; want the delete and the write", len(n), got)
 	}
 	if e := got[0]; e.Type != journal.Delete || e.Path != "s.db/t/p=1/gone" || len(e.Files) != 1 || e.Files[0].CM != gone.CM || e.Partition != "p=1" {
 		t.Errorf("recovered delete = %+v", e)

@@ -68,14 +68,28 @@ type reconciled struct {
 	changed, added, removed, lost int
 }
 
-// reconcile makes the journal describe the tree; newest is the time of
-// the newest event that survived the power loss, since when the mount
+// reconcile makes the journal describe the tree; recovered are the
+// events this Open journaled for the in-flight table, newest is the time
+// of the newest event that survived the power loss, since when the mount
 // that lost it started (zero: unknown).
-func (c *Core) reconcile(ctx context.Context, newest, since time.Time, margin time.Duration) (reconciled, error) {
+func (c *Core) reconcile(ctx context.Context, recovered []*journal.Event, newest, since time.Time, margin time.Duration) (reconciled, error) {
 	var r reconciled
 	rp := journal.NewReplayer()
-	if err := c.log.Range(1, 0, func(e *journal.Event) error { rp.Apply(e); return nil }); err != nil {
+	var seenID uint64
+	err := c.log.Range(1, 0, func(e *journal.Event) error {
+		rp.Apply(e)
+		seenID = e.ID
+		return nil
+	})
+	if err != nil {
 		return r, err
+	}
+	// Under --sync=interval Range shows flushed events only: the ones
+	// recovery just wrote may not be yet.
+	for _, e := range recovered {
+		if e.ID > seenID {
+			rp.Apply(e)
+		}
 	}
 	words := rp.Words()
 	if margin <= 0 {
@@ -98,7 +112,7 @@ func (c *Core) reconcile(ctx context.Context, newest, since time.Time, margin ti
 	// present is the content the tree holds, as reconciled: a last word
 	// missing at its path but found here was moved, not lost.
 	present := map[journal.LastWord]bool{}
-	err := filepath.WalkDir(c.backing, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(c.backing, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // raced with a removal, or unreadable: skip it
 		}
