@@ -7,6 +7,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
+	"github.com/cmfs-project/cmfs/protect"
 )
 
 // Config says what to mount and how.
@@ -40,6 +41,23 @@ type Config struct {
 	// Sync and Interval).
 	Sync         journal.SyncMode
 	SyncInterval time.Duration
+
+	// Reconcile, Since and Tail are what Mount (and Recover) hand the
+	// protection core's recovery (protect.Options): compare the whole
+	// tree with the journal, because the last mount, started at Since, did
+	// not stop cleanly and the machine has booted since
+	// (statedir.Record.LostWrites); what the journal's tail check found
+	// as it opened (Config.TailCheck).
+	Reconcile bool
+	Since     time.Time
+	Tail      *protect.TailReport
+}
+
+// TailCheck returns the journal.Options.CheckTail of the mount cfg
+// describes, filling report (which the caller then sets as cfg.Tail).
+// cfg must have its defaults filled in.
+func (cfg Config) TailCheck(report *protect.TailReport) func([]*journal.Event, []int) int {
+	return protect.TailCheck(cfg.protection(), cfg.CMRoot, report)
 }
 
 // WithDefaults returns cfg with every unset field filled in.

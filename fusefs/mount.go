@@ -148,9 +148,12 @@ func Recover(ctx context.Context, cfg Config, j *journal.Log, store *cmroot.Stor
 // protection is what the protection core is told of cfg.
 func (cfg Config) protection() protect.Options {
 	return protect.Options{
-		Backing: cfg.Backing,
-		State:   cfg.State,
-		Exclude: cfg.Exclude,
-		Hidden:  []string{cfg.State, cfg.CMRoot},
+		Backing:   cfg.Backing,
+		State:     cfg.State,
+		Exclude:   cfg.Exclude,
+		Hidden:    []string{cfg.State, cfg.CMRoot},
+		Reconcile: cfg.Reconcile,
+		Since:     cfg.Since,
+		Tail:      cfg.Tail,
 	}
 }

@@ -174,22 +174,40 @@ func problems(r upkeep.Report) string {
 }
 
 // recoverOffline journals the changes a mount that died left without
-// their events (fusefs.Recover), with the journal opened for writing.
-func recoverOffline(ctx context.Context, t target) (protect.Recovery, error) {
+// their events (fusefs.Recover), with the journal opened for writing: the
+// journal's unverified tail judged against the disk, and, when the mount
+// did not stop cleanly and the machine has booted since, the tree
+// reconciled with the journal. The mount record then says the state
+// stopped cleanly.
+func recoverOffline(ctx context.Context, t target) (rec protect.Recovery, err error) {
 	if t.backing == "" {
 		return protect.Recovery{}, nil // never mounted: nothing can be in flight
 	}
-	j, err := journal.Open(filepath.Join(t.state, statedir.JournalFile), journal.Options{LockTimeout: time.Second})
+	cfg := fusefs.Config{Backing: t.backing, State: t.state, CMRoot: t.cmroot()}.WithDefaults()
+	tail := &protect.TailReport{}
+	j, err := journal.Open(filepath.Join(t.state, statedir.JournalFile), journal.Options{LockTimeout: time.Second, CheckTail: cfg.TailCheck(tail)})
 	if err != nil {
 		return protect.Recovery{}, fmt.Errorf("open the journal for recovery: %w", err)
 	}
-	defer j.Close()
+	defer func() {
+		if cerr := j.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close journal: %w", cerr)
+		}
+		if err == nil && t.record.Backing != "" {
+			err = statedir.MarkClean(t.state)
+		}
+	}()
 	store, err := openStore(t)
 	if err != nil {
 		return protect.Recovery{}, err
 	}
-	defer store.Close()
-	rec, err := fusefs.Recover(ctx, fusefs.Config{Backing: t.backing, State: t.state, CMRoot: t.cmroot()}.WithDefaults(), j, store)
+	defer func() {
+		if cerr := store.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close cmroot: %w", cerr)
+		}
+	}()
+	cfg.Reconcile, cfg.Since, cfg.Tail = t.record.LostWrites(statedir.BootID()), t.record.Started, tail
+	rec, err = fusefs.Recover(ctx, cfg, j, store)
 	if err != nil {
 		return rec, fmt.Errorf("recover: %w", err)
 	}

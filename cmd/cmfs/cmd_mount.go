@@ -227,9 +227,14 @@ func runMount(ctx context.Context, g *globalOptions, opts mountOptions, args []s
 // openMountJournal opens the journal for writing. The lock says whether
 // another mount holds it; a mount that is just exiting (or a reader) gets
 // a moment to let go.
-func openMountJournal(ctx context.Context, plan mountPlan) (*journal.Log, error) {
+//
+// Events the write-ahead file holds whose group flush was never confirmed
+// are judged against the disk (protect.TailCheck); tail says what that
+// found.
+func openMountJournal(ctx context.Context, plan mountPlan, tail *protect.TailReport) (*journal.Log, error) {
 	path := filepath.Join(plan.cfg.State, statedir.JournalFile)
-	jopts := journal.Options{Reserve: plan.cfg.JournalReserve, Sync: plan.cfg.Sync, Interval: plan.cfg.SyncInterval}
+	jopts := journal.Options{Reserve: plan.cfg.JournalReserve, Sync: plan.cfg.Sync, Interval: plan.cfg.SyncInterval,
+		CheckTail: plan.cfg.TailCheck(tail)}
 	if plan.cfg.Sync == journal.SyncInterval {
 		jopts.FlushAll = protect.SyncFS(plan.cfg.Backing, plan.cfg.CMRoot, plan.cfg.State)
 	}
@@ -274,10 +279,22 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 			}
 		}
 	}
-	j, err := openMountJournal(ctx, plan)
+	tail := &protect.TailReport{}
+	j, err := openMountJournal(ctx, plan, tail)
 	if err != nil {
 		return err
 	}
+	// The record says the mount stopped cleanly only once the journal and
+	// cmroot are closed, everything flushed (this runs after their
+	// closes): a mount that exits otherwise is reconciled after a reboot.
+	recorded := false
+	defer func() {
+		if err == nil && recorded {
+			if merr := statedir.MarkClean(cfg.State); merr != nil {
+				err = fmt.Errorf("mount record: %w", merr)
+			}
+		}
+	}()
 	defer func() {
 		if cerr := j.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("close journal: %w", cerr)
@@ -303,15 +320,28 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 		log.Warn("recovery fsck", slog.String("found", summarize(rep)))
 	}
 
+	// The last mount's record, before this one replaces it: one that did
+	// not stop cleanly, with a reboot since, may have lost to a power cut
+	// changes whose events and intents were never flushed.
+	prev, err := statedir.ReadRecord(cfg.State)
+	if err != nil {
+		log.Warn("mount record unreadable: reconciling the tree with the journal", slog.Any("err", err))
+		prev = statedir.Record{Backing: cfg.Backing}
+	}
+	boot := statedir.BootID()
+	cfg.Reconcile, cfg.Since, cfg.Tail = prev.LostWrites(boot), prev.Started, tail
 	if err := statedir.WriteRecord(cfg.State, statedir.Record{
 		Backing:    cfg.Backing,
 		Mountpoint: plan.mountpoint,
 		CMRoot:     cfg.CMRoot,
 		Retain:     cfg.Retain.String(),
 		PID:        os.Getpid(),
+		Started:    time.Now().UTC(),
+		BootID:     boot,
 	}); err != nil {
 		return err
 	}
+	recorded = true
 
 	// The control socket answers only once the mount has fully come up
 	// (Mount returns after go-fuse's own first requests): that is what
@@ -320,7 +350,14 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 	server, rec, err := fusefs.Mount(plan.mountpoint, cfg, j, store)
 	if f := rec.Findings(cfg.State); f != "" {
 		// What recovery found is for the operator (--daemon copies it).
-		log.Warn("recovery", slog.Int("journaled", rec.Journaled), slog.Int("damaged", rec.Damaged), slog.String("found", f))
+		log.Warn("recovery", slog.Int("journaled", rec.Journaled), slog.Int("damaged", rec.Damaged),
+			slog.Int("tail_dropped", rec.TailDropped), slog.Bool("reconciled", rec.Reconciled),
+			slog.Int("changed", rec.Changed), slog.Int("added", rec.Added), slog.Int("removed", rec.Removed),
+			slog.Int("lost", rec.Lost), slog.String("found", f))
+	}
+	if rec.Reconciled {
+		log.Info("reconciled the tree with the journal after an unclean shutdown and a reboot",
+			slog.Int("walked", rec.Walked), slog.Int("hashed", rec.Hashed))
 	}
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", plan.mountpoint, err)
