@@ -18,6 +18,19 @@
 // journals, from the tree as it is, the changes a process that died left
 // without their events.
 //
+// A power loss takes back more than a dead process does. The journal's
+// write-ahead file may hold events whose group flush never finished, and
+// what they name may not have reached the disk: TailCheck, which the
+// journal calls as it opens, keeps the longest prefix of whole groups the
+// disk bears out — cmroot entries hashed, last words found in the tree or
+// in cmroot — and drops the rest (tail.go). And since the in-flight table
+// is not fsynced, a change can be durable with neither event nor intent:
+// after a mount that did not stop cleanly and a reboot (the mount record,
+// statedir.Record.LostWrites), or a tail check that dropped events, Open
+// walks the tree against the journal's last words and journals what
+// differs (reconcile.go), hashing only files at another size or with a
+// ctime near the newest surviving event. Recovery says what both found.
+//
 // The protection table:
 //
 //   - unlink moves the file into cmroot (rename, O(1)); a file that is still

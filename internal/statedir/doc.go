@@ -13,7 +13,7 @@
 //	control.sock          the mount's control socket (package control)
 //	inflight              changes under way (package protect)
 //	tmp/                  new inodes for O_TRUNC swaps (package protect)
-//	mount.json            the last mount's Record
+//	mount.json            the last mount's Record (boot id, clean stop)
 //	cmfs.log              stderr of a --daemon mount
 //	replicad-ingest.json  how far replicad serve --ingest got
 //	catalog*.db           the catalogs of replicad dump (repl.CatalogFile)
