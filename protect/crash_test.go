@@ -36,12 +36,19 @@ func openHarness(t *testing.T, backing string) *harness {
 // openHarnessWith is openHarness with the Options changed by opt first.
 func openHarnessWith(t *testing.T, backing string, opt func(*Options)) *harness {
 	t.Helper()
+	return openHarnessJournal(t, backing, journal.Options{NoSync: true}, opt)
+}
+
+// openHarnessJournal is openHarnessWith with the journal opened with
+// jopts.
+func openHarnessJournal(t *testing.T, backing string, jopts journal.Options, opt func(*Options)) *harness {
+	t.Helper()
 	h := &harness{backing: backing, state: filepath.Join(backing, ".cmfs")}
 	if err := os.MkdirAll(h.state, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	var err error
-	if h.log, err = journal.Open(filepath.Join(h.state, "journal.db"), journal.Options{NoSync: true}); err != nil {
+	if h.log, err = journal.Open(filepath.Join(h.state, "journal.db"), jopts); err != nil {
 		t.Fatal(err)
 	}
 	if h.store, err = cmroot.Open(filepath.Join(h.state, "cmroot"), cmroot.Options{NoSync: true}); err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmfs-project/cmfs/internal/failpoint"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -224,5 +225,49 @@ func TestReconcileStatsOldFiles(t *testing.T) {
 	defer h.close(t)
 	if c := counts(h.recovered); c != (Recovery{Reconciled: true}) || h.recovered.Hashed != 0 {
 		t.Errorf("recovery %+v, want nothing hashed or journaled", h.recovered)
+	}
+}
+
+// TestReconcileAfterRecoveryInterval: under --sync=interval the events
+// recovery journals for the in-flight table are written, not yet
+// flushed, so the journal does not show them; reconciliation must fold
+// them in rather than journal the same change again.
+func TestReconcileAfterRecoveryInterval(t *testing.T) {
+	backing := filepath.Join(t.TempDir(), "backing")
+	h := openHarness(t, backing)
+	mkdirs(t, h, "d.db/t/p=1")
+	if err := h.write("d.db/t/p=1/f", os.O_WRONLY|os.O_CREATE, "f\n"); err != nil {
+		t.Fatal(err)
+	}
+	point := failpointName(journal.Delete, stepApplied)
+	hit := false
+	reset := failpoint.Set(func(name string) {
+		if name == point && !hit {
+			hit = true
+			h.die(name)
+		}
+	})
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				if _, ok := r.(crashed); !ok {
+					panic(r)
+				}
+			}
+		}()
+		h.core.Unlink(ctx, "d.db/t/p=1/f", Use{})
+	}()
+	reset()
+	if !hit {
+		t.Fatalf("unlink never reached %s", point)
+	}
+	h.buried()
+
+	h = openHarnessJournal(t, backing, journal.Options{NoSync: true, Sync: journal.SyncInterval, Interval: time.Hour},
+		func(o *Options) { o.Reconcile = true })
+	defer h.close(t)
+	got := h.recovered
+	if got.Journaled != 1 || counts(got) != (Recovery{Reconciled: true}) {
+		t.Errorf("recovery %+v: want the unlink journaled by the in-flight table's recovery, nothing more by reconciliation", got)
 	}
 }
