@@ -30,8 +30,7 @@ type syncMode struct {
 // syncModes are the modes TestPowerLossMidWorkload runs under.
 var syncModes = []syncMode{
 	{name: "always"},
-	// Pending until `cmfs mount` has --sync:
-	// {name: "interval", flags: []string{"--sync=interval:200ms"}, interval: 200 * time.Millisecond},
+	{name: "interval", flags: []string{"--sync=interval:100ms"}, interval: 100 * time.Millisecond},
 }
 
 // midWorkload loops, through the mount and never calling fsync, over
@@ -135,7 +134,7 @@ func crashMidWorkload(t *testing.T, l *lazyMount, m *mounted, mode syncMode, rou
 			t.Fatalf("the workload exited:\n%s", out.String())
 		default:
 		}
-		return rounds() >= 5
+		return rounds() >= 3
 	})
 	// The crash lands at a random moment of a round.
 	time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
