@@ -8,6 +8,7 @@ import (
 	"slices"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/journal"
@@ -48,6 +49,10 @@ import (
 // older than that is content that predates the journal (the backing
 // directory's files before its first mount, or put there behind the
 // mount's back) and is left alone, as a mount leaves it.
+//
+// Names that are not valid UTF-8, which no event can carry and the mount
+// refuses, were made behind its back and are left out, as are special
+// files (journal.Replay tracks files and symlinks).
 //
 // Known limits: a write handle left idle for longer than the margin before
 // its close, whose event was lost, leaving the file at its old size, goes
@@ -127,6 +132,14 @@ func (c *Core) reconcile(ctx context.Context, recovered []*journal.Event, newest
 			}
 			return nil
 		}
+		if !utf8.ValidString(rel) {
+			// No event can carry the name, and the mount refuses it: it
+			// was made behind the mount's back.
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
 		typ := d.Type()
 		if !typ.IsRegular() && typ&fs.ModeSymlink == 0 {
 			return nil
@@ -140,7 +153,7 @@ func (c *Core) reconcile(ctx context.Context, recovered []*journal.Event, newest
 		recent := !time.Unix(st.Ctim.Sec, st.Ctim.Nsec).Before(after)
 		if typ&fs.ModeSymlink != 0 {
 			target, err := os.Readlink(p)
-			if err != nil {
+			if err != nil || !utf8.ValidString(target) {
 				return nil
 			}
 			seen[rel] = true
