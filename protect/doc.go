@@ -21,9 +21,9 @@
 // A power loss takes back more than a dead process does. The journal's
 // write-ahead file may hold events whose group flush never finished, and
 // what they name may not have reached the disk: TailCheck, which the
-// journal calls as it opens, keeps the longest prefix of whole groups the
-// disk bears out — cmroot entries hashed, last words found in the tree or
-// in cmroot — and drops the rest (tail.go). And since the in-flight table
+// journal calls as it opens after a reboot, keeps the longest prefix of
+// whole groups the disk bears out — cmroot entries hashed, last words
+// found in the tree or in cmroot — and drops the rest (tail.go). And since the in-flight table
 // is not fsynced, a change can be durable with neither event nor intent:
 // after a mount that did not stop cleanly and a reboot (the mount record,
 // statedir.Record.LostWrites), or a tail check that dropped events, Open

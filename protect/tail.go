@@ -56,6 +56,15 @@ import (
 // again (it rewrote what the failing group named). A missing or damaged
 // cmroot entry ends the pass, since every longer prefix names it too.
 // When no non-empty prefix is consistent, none of the tail is kept.
+//
+// Judge a tail only when the disk may have lost writes: the writer did
+// not stop cleanly and the machine has booted since
+// (statedir.Record.LostWrites). After a kill -9 alone the page cache kept
+// all the tail names, while the tree may have moved on by changes whose
+// intents the in-flight table still holds (a file renamed away, a path
+// made again): judging then could drop events that were acknowledged
+// (--sync=interval acknowledges before the flush) and that nothing
+// took back.
 
 // TailReport is what a tail check found, for the mount's log and for
 // Open (Options.Tail), which reconciles the tree with the journal when

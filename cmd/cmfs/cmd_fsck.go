@@ -184,8 +184,14 @@ func recoverOffline(ctx context.Context, t target) (rec protect.Recovery, err er
 		return protect.Recovery{}, nil // never mounted: nothing can be in flight
 	}
 	cfg := fusefs.Config{Backing: t.backing, State: t.state, CMRoot: t.cmroot()}.WithDefaults()
-	tail := &protect.TailReport{}
-	j, err := journal.Open(filepath.Join(t.state, statedir.JournalFile), journal.Options{LockTimeout: time.Second, CheckTail: cfg.TailCheck(tail)})
+	jopts := journal.Options{LockTimeout: time.Second}
+	var tail *protect.TailReport
+	lost := t.record.LostWrites(statedir.BootID())
+	if lost { // as a mount does (runMountForeground)
+		tail = &protect.TailReport{}
+		jopts.CheckTail = cfg.TailCheck(tail)
+	}
+	j, err := journal.Open(filepath.Join(t.state, statedir.JournalFile), jopts)
 	if err != nil {
 		return protect.Recovery{}, fmt.Errorf("open the journal for recovery: %w", err)
 	}
@@ -206,7 +212,7 @@ func recoverOffline(ctx context.Context, t target) (rec protect.Recovery, err er
 			err = fmt.Errorf("close cmroot: %w", cerr)
 		}
 	}()
-	cfg.Reconcile, cfg.Since, cfg.Tail = t.record.LostWrites(statedir.BootID()), t.record.Started, tail
+	cfg.Reconcile, cfg.Since, cfg.Tail = lost, t.record.Started, tail
 	rec, err = fusefs.Recover(ctx, cfg, j, store)
 	if err != nil {
 		return rec, fmt.Errorf("recover: %w", err)

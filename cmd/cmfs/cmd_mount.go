@@ -228,15 +228,17 @@ func runMount(ctx context.Context, g *globalOptions, opts mountOptions, args []s
 // another mount holds it; a mount that is just exiting (or a reader) gets
 // a moment to let go.
 //
-// Events the write-ahead file holds whose group flush was never confirmed
-// are judged against the disk (protect.TailCheck); tail says what that
-// found.
+// With tail, the events the write-ahead file holds whose group flush was
+// never confirmed are judged against the disk (protect.TailCheck), and
+// tail says what that found; without, they are kept.
 func openMountJournal(ctx context.Context, plan mountPlan, tail *protect.TailReport) (*journal.Log, error) {
 	path := filepath.Join(plan.cfg.State, statedir.JournalFile)
-	jopts := journal.Options{Reserve: plan.cfg.JournalReserve, Sync: plan.cfg.Sync, Interval: plan.cfg.SyncInterval,
-		CheckTail: plan.cfg.TailCheck(tail)}
+	jopts := journal.Options{Reserve: plan.cfg.JournalReserve, Sync: plan.cfg.Sync, Interval: plan.cfg.SyncInterval}
 	if plan.cfg.Sync == journal.SyncInterval {
 		jopts.FlushAll = protect.SyncFS(plan.cfg.Backing, plan.cfg.CMRoot, plan.cfg.State)
+	}
+	if tail != nil {
+		jopts.CheckTail = plan.cfg.TailCheck(tail)
 	}
 	j, err := journal.Open(path, jopts)
 	if errors.Is(err, journal.ErrLocked) {
@@ -279,10 +281,27 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 			}
 		}
 	}
-	tail := &protect.TailReport{}
+	// The last mount's record, before this one replaces it (a live mount
+	// holding the journal makes the open below fail). One that did not
+	// stop cleanly, with a reboot since, may have lost to a power cut what
+	// it wrote without flushing: the journal's unverified tail is judged
+	// against the disk, and the tree reconciled with the journal. After
+	// a kill -9 alone the page cache kept everything: the tail is kept
+	// whole (under --sync=interval it holds acknowledged events) and the
+	// in-flight table suffices.
+	prev, recErr := statedir.ReadRecord(cfg.State)
+	boot := statedir.BootID()
+	lost := recErr != nil || prev.LostWrites(boot)
+	var tail *protect.TailReport
+	if lost {
+		tail = &protect.TailReport{}
+	}
 	j, err := openMountJournal(ctx, plan, tail)
 	if err != nil {
 		return err
+	}
+	if recErr != nil {
+		log.Warn("mount record unreadable: reconciling the tree with the journal", slog.Any("err", recErr))
 	}
 	// The record says the mount stopped cleanly only once the journal and
 	// cmroot are closed, everything flushed (this runs after their
@@ -320,16 +339,7 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 		log.Warn("recovery fsck", slog.String("found", summarize(rep)))
 	}
 
-	// The last mount's record, before this one replaces it: one that did
-	// not stop cleanly, with a reboot since, may have lost to a power cut
-	// changes whose events and intents were never flushed.
-	prev, err := statedir.ReadRecord(cfg.State)
-	if err != nil {
-		log.Warn("mount record unreadable: reconciling the tree with the journal", slog.Any("err", err))
-		prev = statedir.Record{Backing: cfg.Backing}
-	}
-	boot := statedir.BootID()
-	cfg.Reconcile, cfg.Since, cfg.Tail = prev.LostWrites(boot), prev.Started, tail
+	cfg.Reconcile, cfg.Since, cfg.Tail = lost, prev.Started, tail
 	if err := statedir.WriteRecord(cfg.State, statedir.Record{
 		Backing:    cfg.Backing,
 		Mountpoint: plan.mountpoint,
