@@ -90,14 +90,6 @@ const powerLossRounds = 3
 func TestPowerLossMidWorkload(t *testing.T) {
 	for _, mode := range midModes(t) {
 		t.Run(mode.name, func(t *testing.T) {
-			if mode.interval > 0 {
-				// With per-file flushes in place of the syncfs this mode
-				// passes; with the syncfs, the remount finds flushed
-				// originals' bytes gone (I2).
-				t.Skip("lazyfs cannot see syncfs(2) (the kernel sends FUSE_SYNCFS to virtiofs only), " +
-					"and --sync=interval flushes with one syncfs per interval (protect.SyncFS): " +
-					"on lazyfs a power loss takes back even the intervals it flushed")
-			}
 			powerLossMidWorkload(t, mode)
 		})
 	}

@@ -43,17 +43,29 @@ echo appended >> plain/notes.txt
 // DESIGN.md's I1 (no acknowledged event lost), I2 (every original an
 // event names is in cmroot with its checksum) and I3 (the journal
 // describes the tree).
+//
+// In both durability modes: under --sync=interval the events are checked
+// once an interval has passed (they are flushed then, and shown).
 func TestPowerLoss(t *testing.T) {
+	for _, mode := range syncModes {
+		t.Run(mode, func(t *testing.T) { powerLoss(t, mode) })
+	}
+}
+
+func powerLoss(t *testing.T, mode string) {
 	l := mountLazy(t)
 	backing := filepath.Join(l.Mountpoint(), "backing")
 	if err := os.Mkdir(backing, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	m := mountAt(t, backing)
+	m := mountAt(t, backing, "--sync="+mode)
 	sh := exec.Command("sh", "-c", powerLossWorkload)
 	sh.Dir = m.Mnt
 	if out, err := sh.CombinedOutput(); err != nil {
 		t.Fatalf("workload through the mount: %v\n%s", err, out)
+	}
+	if mode == "interval" {
+		time.Sleep(200 * time.Millisecond) // four intervals: flushed
 	}
 	acked := events(t, m.State)
 	before := journaledTree(t, backing, m.State)
