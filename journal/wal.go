@@ -215,14 +215,32 @@ func (w *wal) scan(base uint64) ([]walRecord, error) {
 // its ids are returned as a hole, which scan refuses unless bbolt holds
 // them already.
 func (w *wal) scanSegment(s int) (out []walRecord, holes [][2]uint64, err error) {
-	data := make([]byte, w.seg)
-	if _, err := w.f.ReadAt(data, walHeaderSize+int64(s)*w.seg); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, err
+	// Read as far as the records go, not the whole segment: after a clean
+	// stop it starts with zeros.
+	var data []byte
+	var rerr error
+	have := func(end int64) bool {
+		if end > w.seg {
+			return false
+		}
+		if int64(len(data)) >= end || rerr != nil {
+			return int64(len(data)) >= end
+		}
+		to := min(w.seg, max(end, 2*int64(len(data)), 64<<10))
+		buf := make([]byte, to)
+		copy(buf, data)
+		_, err := w.f.ReadAt(buf[len(data):], walHeaderSize+int64(s)*w.seg+int64(len(data)))
+		if err != nil && !errors.Is(err, io.EOF) {
+			rerr = err
+			return false
+		}
+		data = buf
+		return true
 	}
 	var off int64
-	for off+walRecHead+walBodyHead <= w.seg {
+	for have(off + walRecHead + walBodyHead) {
 		n := int64(binary.BigEndian.Uint32(data[off:]))
-		if n < walBodyHead || off+walRecHead+n > w.seg {
+		if n < walBodyHead || !have(off+walRecHead+n) {
 			break
 		}
 		body := data[off+walRecHead : off+walRecHead+n]
@@ -231,7 +249,11 @@ func (w *wal) scanSegment(s int) (out []walRecord, holes [][2]uint64, err error)
 			// good record of later events behind it is damage in the
 			// middle: refuse rather than drop what was acknowledged.
 			if k := len(out); k > 0 {
-				if next, ok := recordAt(data, off+walRecHead+n); ok && next > out[k-1].last() {
+				next := off + walRecHead + n
+				if have(next + walRecHead) {
+					have(next + walRecHead + int64(binary.BigEndian.Uint32(data[next:])))
+				}
+				if next, ok := recordAt(data, next); ok && next > out[k-1].last() {
 					holes = append(holes, [2]uint64{out[k-1].last() + 1, next - 1})
 					off += walRecHead + n
 					continue
@@ -263,6 +285,9 @@ func (w *wal) scanSegment(s int) (out []walRecord, holes [][2]uint64, err error)
 		off += walRecHead + n
 		r.end = off
 		out = append(out, r)
+	}
+	if rerr != nil {
+		return nil, nil, rerr
 	}
 	return out, holes, nil
 }
