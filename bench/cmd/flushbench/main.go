@@ -195,7 +195,9 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) error {
 				}
 				cell++
 				dir := filepath.Join(root, fmt.Sprintf("cell-%03d", cell))
+				t0 := time.Now()
 				r, err := runCell(ctx, dir, w, a, n, opts.duration, opts.big)
+				overhead := time.Since(t0) - r.elapsed
 				if err != nil {
 					return fmt.Errorf("%s, %d threads: %w", a.key, n, err)
 				}
@@ -211,9 +213,9 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) error {
 				acc.elapsed += r.elapsed
 				acc.groups += r.groups
 				acc.lat.Merge(&r.lat)
-				logf("[%s, %d threads] run %d: %.0f ops/s, p50 %v, p99 %v, %.1f ops/group", a.key, n, rep+1,
+				logf("[%s, %d threads] run %d: %.0f ops/s, p50 %v, p99 %v, %.1f ops/group (setup and cleanup %v)", a.key, n, rep+1,
 					float64(r.ops)/r.elapsed.Seconds(), r.lat.Quantile(0.5).Round(time.Microsecond),
-					r.lat.Quantile(0.99).Round(time.Microsecond), opsPerGroup(&r))
+					r.lat.Quantile(0.99).Round(time.Microsecond), opsPerGroup(&r), overhead.Round(time.Millisecond))
 			}
 		}
 	}
