@@ -10,6 +10,12 @@
 // (mount.go) poll the mountpoint's st_dev with a deadline and always
 // unmount, falling back to a lazy `fusermount3 -u -z`.
 //
+// The workloads of many small changes (FileSet) also time every single
+// operation, each worker into its own log-linear histogram (Latencies), so
+// that the per-op table (OpTable) shows p50 and p99 beside the throughput;
+// around their runs the harness reads what a mount's commit path did
+// (Mount.Commit: cmfs status --json) to show device flushes per operation.
+//
 // Caveats: the numbers include the page cache of the machine they run on.
 // Reads are made cold by `sync; echo 3 > /proc/sys/vm/drop_caches`, which
 // needs root; without it the harness says so and reads may hit the cache.

@@ -11,10 +11,10 @@
 // concurrent operations share one commit (a committer takes every pending
 // request, commits them together and answers them, as the journal's writer
 // does). Every alternative is one row (main.go's alternatives list says
-// what each does); per thread count the table shows ops/s, the p50 and p99
-// of one operation (open to close, durable), and operations per group
-// commit, and the ratio of ops/s to today's commit path (row b) measured
-// side by side.
+// what each does); per thread count the table shows ops/s, the p50, p99 and
+// largest time of one operation (open to close, durable), and operations
+// per group commit, and the ratio of ops/s to today's commit path (row b)
+// measured side by side.
 //
 // Two more rows run the syncfs alternative (e) and the per-file one (c)
 // while another goroutine writes a large file (-big-mib, 1 GiB) without
@@ -713,7 +713,7 @@ type table struct {
 func (t *table) header() []string {
 	h := []string{"alternative"}
 	for _, n := range t.threads {
-		h = append(h, fmt.Sprintf("%d thr ops/s", n), "p50 µs", "p99 µs")
+		h = append(h, fmt.Sprintf("%d thr ops/s", n), "p50 / p99 / max µs")
 	}
 	return append(h, "ops/s ÷ today", "ops/group")
 }
@@ -724,9 +724,9 @@ func (t *table) cells(a alternative) []string {
 	if a.mode == uring {
 		for i := range t.threads {
 			if i == 0 {
-				c = append(c, uringNote, "—", "—")
+				c = append(c, uringNote, "—")
 			} else {
-				c = append(c, "n/a", "—", "—")
+				c = append(c, "n/a", "—")
 			}
 		}
 		return append(c, "—", "—")
@@ -735,12 +735,12 @@ func (t *table) cells(a alternative) []string {
 	for _, n := range t.threads {
 		r := t.results[a.key][n]
 		if r == nil || r.ops == 0 {
-			c = append(c, "n/a", "—", "—")
+			c = append(c, "n/a", "—")
 			ratios, groups = append(ratios, "—"), append(groups, "—")
 			continue
 		}
 		ops := float64(r.ops) / r.elapsed.Seconds()
-		c = append(c, fmt.Sprintf("%.0f", ops), micros(r.lat.Quantile(0.5)), micros(r.lat.Quantile(0.99)))
+		c = append(c, fmt.Sprintf("%.0f", ops), micros(r.lat.Quantile(0.5))+" / "+micros(r.lat.Quantile(0.99))+" / "+micros(r.lat.Quantile(1)))
 		if b := t.results["b"][n]; b != nil && b.ops > 0 {
 			ratios = append(ratios, fmt.Sprintf("%.2f", ops/(float64(b.ops)/b.elapsed.Seconds())))
 		} else {
@@ -791,7 +791,7 @@ func (t *table) WriteMarkdown(w io.Writer) error {
 
 func (t *table) legend() string {
 	return "Per operation: create a 4 KiB file with new content in the thread's own directory and make it and a ~300-byte event " +
-		"naming it durable as the row says, then close; p50/p99 from open to close. ops/s ÷ today: the row's ops/s over row b's " +
+		"naming it durable as the row says, then close; p50 / p99 / max from open to close. ops/s ÷ today: the row's ops/s over row b's " +
 		"at the same thread count, measured side by side (runs interleaved); ops/group: operations per group commit (1 / 8 / 64 " +
 		"threads or as -threads says). \"The op flushes\": the operation's own goroutine fdatasyncs its file and fsyncs its " +
 		"directory at the same time (as protect's flush does), concurrently with the other threads'; \"per group\": one committer " +
