@@ -47,12 +47,16 @@ integration: build
 # column n/a, and the run goes on.
 BENCH_BASE ?= c975bd5
 
+# flushbench measures the commit path's ways of making a small change
+# durable on the backing filesystem itself (about 2-3 minutes).
+
 # containerbench runs push, compression, RSS, drain, the coordinator's
 # failover with etcd (a row of n/a without the etcd binary) and the EC rows
 # (twelve nodes; a 6 GiB container for the RSS row: about 25 GiB on disk).
 
 bench: build bench-deps
 	$(GO) run ./bench/cmd/cmfsbench $(if $(BENCH_BASE),-base $(BENCH_BASE))
+	$(GO) run ./bench/cmd/flushbench
 	CMFS_BENCH=1 $(GO) test -run TestBench -v ./journal/
 	$(GO) run ./bench/cmd/replbench
 	$(GO) run ./bench/cmd/containerbench --replicad bin/replicad

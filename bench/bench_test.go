@@ -240,3 +240,109 @@ func TestOverwriteNewContent(t *testing.T) {
 		seen[c] = true
 	}
 }
+
+func TestTableInterval(t *testing.T) {
+	r := &Row{Name: "create", Unit: OpsPerSec, Targets: []Target{
+		{Base: LoopbackName, Min: 0.65},
+		{Subject: IntervalName, Base: LoopbackName, Min: 0.95},
+	}}
+	r.Add(LoopbackName, 1000)
+	r.Add(CmfsName, 700)
+	r.Add(IntervalName, 900)
+	missing := &Row{Name: "unlink", Unit: OpsPerSec, Targets: r.Targets}
+	missing.Add(LoopbackName, 1000)
+	missing.Add(CmfsName, 500)
+	missing.Fail(IntervalName, os.ErrNotExist)
+	tab := &Table{Impls: []string{LoopbackName, CmfsName, IntervalName}, Subject: CmfsName, Rows: []*Row{r, missing},
+		Extra: []RatioColumn{{Subject: IntervalName, Base: LoopbackName}}}
+	var b strings.Builder
+	if err := tab.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSpace(b.String()), "\n")
+	want := []string{
+		"| workload | unit | loopback | cmfs | cmfs interval | cmfs/loopback | cmfs interval/loopback | target (cmfs) |",
+		"|---|---:|---:|---:|---:|---:|---:|---|",
+		"| create | ops/s | 1000 | 700 | 900 | 0.70 | 0.90 | ≥ 0.65× loopback ok; cmfs interval ≥ 0.95× loopback MISS |",
+		"| unlink | ops/s | 1000 | 500 | n/a | 0.50 | — | ≥ 0.65× loopback MISS; cmfs interval ≥ 0.95× loopback n/a |",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(got), len(want), b.String())
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+	if l := tab.Legend(); !strings.Contains(l, "cmfs interval/loopback") {
+		t.Errorf("legend does not explain the cmfs interval/loopback column: %q", l)
+	}
+}
+
+func TestParseCommit(t *testing.T) {
+	c, err := ParseCommit([]byte(`{"mounted":true,"commit":{"sync":"always","groups":3,"events":10,"flushes":7,"flush_p50_us":90,"flush_p99_us":400}}`))
+	if err != nil || c == nil || c.Sync != "always" || c.Groups != 3 || c.Events != 10 || c.Flushes != 7 || c.FlushP99us != 400 {
+		t.Errorf("ParseCommit = %+v, %v", c, err)
+	}
+	if c, err := ParseCommit([]byte(`{"mounted":true,"last_event_id":5}`)); c != nil || err != nil {
+		t.Errorf("without a commit object: %+v, %v; want nil, nil", c, err)
+	}
+	if _, err := ParseCommit([]byte(`mounted: yes`)); err == nil {
+		t.Error("ParseCommit of text: nil error")
+	}
+}
+
+func TestOpTable(t *testing.T) {
+	r := &Row{Name: "unlink", Unit: OpsPerSec}
+	for _, impl := range []string{LoopbackName, CmfsName} {
+		var l Latencies
+		for i := 1; i <= 100; i++ {
+			l.Record(time.Duration(i) * 10 * time.Microsecond)
+		}
+		r.Add(impl, 1000)
+		r.AddLatencies(impl, &l)
+	}
+	r.AddCommit(CmfsName, &Commit{Flushes: 10}, &Commit{Flushes: 40}, nil, 20)
+	r.AddCommit(CmfsName, &Commit{Flushes: 40}, &Commit{Flushes: 50}, nil, 20)
+	r.AddCommit(IntervalName, nil, nil, nil, 20)
+	r.Fail(IntervalName, os.ErrNotExist)
+	untimed := &Row{Name: "seq write", Unit: MBps}
+	untimed.Add(CmfsName, 100)
+	tab := &OpTable{Impls: []string{LoopbackName, CmfsName, IntervalName}, Flushes: []string{CmfsName, IntervalName}, Rows: []*Row{untimed, r}}
+	var b strings.Builder
+	if err := tab.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSpace(b.String()), "\n")
+	want := []string{
+		"| workload | loopback p50/p99 µs | cmfs p50/p99 µs | cmfs interval p50/p99 µs | cmfs flushes/op | cmfs interval flushes/op |",
+		"|---|---:|---:|---:|---:|---:|",
+		"| unlink | 510 / 1000 | 510 / 1000 | n/a | 1.00 | — |",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(got), len(want), b.String())
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+	notes := tab.Notes()
+	if len(notes) != 1 || !strings.Contains(notes[0], IntervalName) || !strings.Contains(notes[0], `no "commit" object`) {
+		t.Errorf("notes = %q, want one saying the interval column's status has no commit object", notes)
+	}
+}
+
+func TestFileSetLatencies(t *testing.T) {
+	s := FileSet{Dir: filepath.Join(t.TempDir(), "set"), N: 12, Workers: 3, Size: 4096}
+	m, err := s.Create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Latencies.Count() != uint64(s.N) {
+		t.Errorf("%d op times recorded, want %d", m.Latencies.Count(), s.N)
+	}
+	if p99 := m.Latencies.Quantile(0.99); p99 <= 0 || p99 > m.Elapsed {
+		t.Errorf("p99 %v outside (0, %v]", p99, m.Elapsed)
+	}
+}

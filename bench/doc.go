@@ -12,6 +12,12 @@
 // with every implementation mounted again over backing directories on an
 // XFS filesystem it makes on a loop device for them, and removes.
 //
+// The workloads of many small changes (FileSet) also time every single
+// operation, each worker into its own log-linear histogram (Latencies), so
+// that the per-op table (OpTable) shows p50 and p99 beside the throughput;
+// around their runs the harness reads what a mount's commit path did
+// (Mount.Commit: cmfs status --json) to show device flushes per operation.
+//
 // Caveats: the numbers include the page cache of the machine they run on.
 // Reads are made cold by `sync; echo 3 > /proc/sys/vm/drop_caches`, which
 // needs root; without it the harness says so and reads may hit the cache.

@@ -30,6 +30,10 @@ type Mount struct {
 	// directory itself for Native.
 	Dir string
 
+	// Commit, when set, reads the commit path's counters (cmfs status
+	// --json); it is nil for implementations that have none.
+	Commit func(ctx context.Context) (*Commit, error)
+
 	fuse    bool
 	unmount func() error
 	kill    func() error // the server, for Abort without fusectl
@@ -151,6 +155,9 @@ type Daemon struct {
 	// MountCommand and UnmountCommand return command lines.
 	MountCommand   func(backing, mnt string) []string
 	UnmountCommand func(mnt string) []string
+	// StatusCommand, if set, returns the command line that prints the
+	// mount's status as JSON with its "commit" object (ParseCommit).
+	StatusCommand func(backing, mnt string) []string
 }
 
 func (d *Daemon) Name() string { return d.Label }
@@ -189,7 +196,23 @@ func (d *Daemon) Mount(ctx context.Context, backing, mnt string) (*Mount, error)
 		}
 		return nil
 	}
-	return &Mount{Dir: mnt, fuse: true, unmount: stop, kill: kill}, nil
+	m := &Mount{Dir: mnt, fuse: true, unmount: stop, kill: kill}
+	if d.StatusCommand != nil {
+		argv := d.StatusCommand(backing, mnt)
+		m.Commit = func(ctx context.Context) (*Commit, error) {
+			ctx, cancel := context.WithTimeout(ctx, MountTimeout)
+			defer cancel()
+			var stderr bytes.Buffer
+			cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, firstLines(stderr.String(), 3))
+			}
+			return ParseCommit(out)
+		}
+	}
+	return m, nil
 }
 
 func logTail(path string) string {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -56,17 +57,24 @@ func (u Unit) Format(v float64) string {
 
 // Target is one goal for the subject's column: either a ratio against a
 // baseline column (Base), in the ">= 1 is good" orientation of Ratio, or,
-// with Base empty, an absolute minimum of the subject's value.
+// with Base empty, an absolute minimum of the subject's value. Subject,
+// when set, names another column the goal is for (cmfs interval), instead
+// of the table's subject.
 type Target struct {
-	Base string
-	Min  float64
+	Base    string
+	Min     float64
+	Subject string
 }
 
 func (t Target) String() string {
-	if t.Base == "" {
-		return fmt.Sprintf("≥ %s", compact(t.Min))
+	var who string
+	if t.Subject != "" {
+		who = t.Subject + " "
 	}
-	return fmt.Sprintf("≥ %.2f× %s", t.Min, t.Base)
+	if t.Base == "" {
+		return fmt.Sprintf("%s≥ %s", who, compact(t.Min))
+	}
+	return fmt.Sprintf("%s≥ %.2f× %s", who, t.Min, t.Base)
 }
 
 func compact(v float64) string {
@@ -91,6 +99,71 @@ type Row struct {
 	// Best makes Values the best run (highest throughput, shortest time)
 	// instead of the median.
 	Best bool
+	// Latencies pools the time of every single operation over all runs
+	// of an implementation, for workloads that time each one.
+	Latencies map[string]*Latencies
+	// Commits sums, per implementation, what its commit path did over
+	// the runs where it was read before and after (Run with PerOp);
+	// CommitErrs says why it was not.
+	Commits    map[string]*CommitCount
+	CommitErrs map[string]string
+}
+
+// CommitCount is what a commit path did during some runs of a workload.
+type CommitCount struct {
+	Ops                     int // the workload's operations
+	Groups, Events, Flushes uint64
+}
+
+// AddLatencies pools the op times of one run of impl.
+func (r *Row) AddLatencies(impl string, l *Latencies) {
+	if r.Latencies == nil {
+		r.Latencies = map[string]*Latencies{}
+	}
+	if r.Latencies[impl] == nil {
+		r.Latencies[impl] = &Latencies{}
+	}
+	r.Latencies[impl].Merge(l)
+}
+
+// AddCommit records what impl's commit path did in a run of ops
+// operations: the difference of the readings before and after it. A reading
+// that failed, or that has no commit object, is recorded as why there is no
+// count.
+func (r *Row) AddCommit(impl string, before, after *Commit, err error, ops int) {
+	if err == nil && (before == nil || after == nil) {
+		err = errors.New(`status --json has no "commit" object`)
+	}
+	if err != nil {
+		if r.CommitErrs == nil {
+			r.CommitErrs = map[string]string{}
+		}
+		if _, ok := r.CommitErrs[impl]; !ok {
+			r.CommitErrs[impl] = err.Error()
+		}
+		return
+	}
+	if r.Commits == nil {
+		r.Commits = map[string]*CommitCount{}
+	}
+	c := r.Commits[impl]
+	if c == nil {
+		c = &CommitCount{}
+		r.Commits[impl] = c
+	}
+	c.Ops += ops
+	c.Groups += after.Groups - before.Groups
+	c.Events += after.Events - before.Events
+	c.Flushes += after.Flushes - before.Flushes
+}
+
+// FlushesPerOp returns impl's device flushes per operation, if counted.
+func (r *Row) FlushesPerOp(impl string) (float64, bool) {
+	c, ok := r.Commits[impl]
+	if !ok || c.Ops == 0 {
+		return 0, false
+	}
+	return float64(c.Flushes) / float64(c.Ops), true
 }
 
 // Add records one run of impl.
@@ -161,8 +234,12 @@ func (r *Row) Ratio(subject, base string) (float64, bool) {
 	return b / s, true
 }
 
-// Met reports whether subject meets t; ok is false when it cannot be told.
+// Met reports whether subject (or t.Subject, when t names one) meets t; ok
+// is false when it cannot be told.
 func (r *Row) Met(subject string, t Target) (met, ok bool) {
+	if t.Subject != "" {
+		subject = t.Subject
+	}
 	if t.Base == "" {
 		v, ok := r.value(subject)
 		return ok && v >= t.Min, ok
@@ -182,7 +259,14 @@ type Table struct {
 	// revision. Its ratio column is what the changes since cost; no
 	// target refers to it.
 	Before string
+	// Extra are ratio columns of other subjects (cmfs interval against
+	// loopback), after Subject's own. A column that is the subject of one
+	// is not among the bases of Subject's ratios.
+	Extra []RatioColumn
 }
+
+// RatioColumn is a column of Subject÷Base ratios.
+type RatioColumn struct{ Subject, Base string }
 
 func (t *Table) header() []string {
 	h := []string{"workload", "unit"}
@@ -190,17 +274,31 @@ func (t *Table) header() []string {
 	for _, b := range t.bases() {
 		h = append(h, t.Subject+"/"+b)
 	}
+	for _, x := range t.extra() {
+		h = append(h, x.Subject+"/"+x.Base)
+	}
 	return append(h, "target ("+t.Subject+")")
 }
 
 func (t *Table) bases() []string {
 	var b []string
 	for _, i := range t.Impls {
-		if i != t.Subject {
+		if i != t.Subject && !slices.ContainsFunc(t.Extra, func(x RatioColumn) bool { return x.Subject == i }) {
 			b = append(b, i)
 		}
 	}
 	return b
+}
+
+// extra returns the Extra columns whose subject and base are both columns.
+func (t *Table) extra() []RatioColumn {
+	var x []RatioColumn
+	for _, c := range t.Extra {
+		if slices.Contains(t.Impls, c.Subject) && slices.Contains(t.Impls, c.Base) {
+			x = append(x, c)
+		}
+	}
+	return x
 }
 
 func (t *Table) cells(r *Row) []string {
@@ -216,6 +314,13 @@ func (t *Table) cells(r *Row) []string {
 	}
 	for _, b := range t.bases() {
 		if ratio, ok := r.Ratio(t.Subject, b); ok {
+			c = append(c, formatRatio(ratio))
+		} else {
+			c = append(c, "—")
+		}
+	}
+	for _, x := range t.extra() {
+		if ratio, ok := r.Ratio(x.Subject, x.Base); ok {
 			c = append(c, formatRatio(ratio))
 		} else {
 			c = append(c, "—")
@@ -260,6 +365,9 @@ func (t *Table) Legend() string {
 	if t.Before != "" && slices.Contains(t.Impls, t.Before) {
 		s += fmt.Sprintf(" %[1]s/%[2]s compares %[1]s with itself built at an earlier revision, run alongside: "+
 			"what the changes since cost (below 1: slower now); a report, with no target.", t.Subject, t.Before)
+	}
+	for _, x := range t.extra() {
+		s += fmt.Sprintf(" %[1]s/%[2]s is the ratio of %[1]s, in the same orientation; a target that names %[1]s is checked on it.", x.Subject, x.Base)
 	}
 	return s
 }

@@ -18,6 +18,9 @@ type Measurement struct {
 	Elapsed time.Duration
 	Bytes   int64 // data moved
 	Ops     int   // operations completed
+	// Latencies, when set, holds the time of every single operation, as
+	// the client saw it (FileSet's workloads).
+	Latencies *Latencies
 }
 
 // Chunk is the size of every read and write of the large-file workloads.
@@ -255,14 +258,20 @@ func (s FileSet) Unlink() (Measurement, error) {
 }
 
 // each runs op for every file, worker w doing the files it owns, and times
-// the whole. The first error stops every worker.
+// the whole and every single op (each worker into its own histogram, so
+// timing costs two clock reads per op and no lock). The first error stops
+// every worker.
 func (s FileSet) each(op func(w, i int) error) (Measurement, error) {
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
 		firstErr error
 		failed   = make(chan struct{})
+		lat      = make([]Latencies, s.Workers)
 	)
+	for w := range lat {
+		lat[w].Alloc() // before the clock starts
+	}
 	fail := func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -276,11 +285,14 @@ func (s FileSet) each(op func(w, i int) error) (Measurement, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			l := &lat[w]
 			for i := w; i < s.N; i += s.Workers {
+				t0 := time.Now()
 				if err := op(w, i); err != nil {
 					fail(err)
 					return
 				}
+				l.Record(time.Since(t0))
 				select {
 				case <-failed:
 					return
@@ -294,7 +306,11 @@ func (s FileSet) each(op func(w, i int) error) (Measurement, error) {
 	if firstErr != nil {
 		return Measurement{}, firstErr
 	}
-	return Measurement{Elapsed: elapsed, Ops: s.N, Bytes: int64(s.N) * int64(s.Size)}, nil
+	all := &Latencies{}
+	for w := range lat {
+		all.Merge(&lat[w])
+	}
+	return Measurement{Elapsed: elapsed, Ops: s.N, Bytes: int64(s.N) * int64(s.Size), Latencies: all}, nil
 }
 
 // DropCaches writes back dirty data and drops the page, dentry and inode

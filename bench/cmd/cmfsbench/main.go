@@ -1,7 +1,12 @@
 // Command cmfsbench measures cmfs side by side with the backing directory
 // itself (native), plain go-fuse loopback and libfuse's passthrough_ll, each
 // over its own fresh backing directory, in one run, and prints a table of
-// the results with the ratios and targets of the project's benchmark.
+// the results with the ratios and targets of the project's benchmark. Column
+// "cmfs interval" is cmfs mounted with --sync=interval (n/a, with the
+// mount's error under notes, where that cmfs has no such flag). A second
+// table gives, for the small-file workloads, the p50 and p99 of a single
+// operation in every column and, for the cmfs columns, the device flushes
+// per operation their commit path reports (cmfs status --json).
 //
 //	go run ./bench/cmd/cmfsbench [-quick] [flags]
 //
@@ -61,7 +66,7 @@ func parseFlags(args []string) (options, error) {
 	timeout := fl.Duration("timeout", def.Timeout, "bound on one run; a FUSE mount that exceeds it is aborted")
 	dir := fl.String("dir", "", "where to create backing directories and mountpoints (default .bench/run at the module root)")
 	cmfs := fl.String("cmfs", "", "cmfs binary to run (default: build ./cmd/cmfs into .bench/)")
-	impls := fl.String("impls", "native,loopback,passthrough_ll,cmfs", "implementations to run, comma-separated")
+	impls := fl.String("impls", "native,loopback,passthrough_ll,cmfs,cmfs interval", "implementations to run, comma-separated (quote the space of \"cmfs interval\")")
 	base := fl.String("base", "", "also run cmfs built at this git revision, as column cmfs@REV (n/a if it does not build offline)")
 	journalEvents := fl.Int("journal-events", 64000, "events of the journal benchmark (0 skips it)")
 	keep := fl.Bool("keep", false, "keep the backing directories after the run")
@@ -105,7 +110,7 @@ func parseFlags(args []string) (options, error) {
 		return options{}, errors.New("sizes and counts must be positive (and -size at least 8K)")
 	}
 	opts := options{cfg: cfg, dir: *dir, cmfs: *cmfs, base: *base, journalEvents: *journalEvents, keep: *keep}
-	known := map[string]bool{bench.NativeName: true, bench.LoopbackName: true, bench.PassthroughName: true, bench.CmfsName: true}
+	known := map[string]bool{bench.NativeName: true, bench.LoopbackName: true, bench.PassthroughName: true, bench.CmfsName: true, bench.IntervalName: true}
 	for _, name := range strings.Split(*impls, ",") {
 		name = strings.TrimSpace(name)
 		if !known[name] {
@@ -213,8 +218,8 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 		}
 	}()
 	for _, impl := range impls {
-		backing := filepath.Join(runDir, impl.Name(), "backing")
-		mnt := filepath.Join(runDir, impl.Name(), "mnt")
+		backing := filepath.Join(runDir, dirName(impl.Name()), "backing")
+		mnt := filepath.Join(runDir, dirName(impl.Name()), "mnt")
 		if err := os.MkdirAll(backing, 0o755); err != nil {
 			return err
 		}
@@ -265,12 +270,21 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	}
 	logf("ran for %v", time.Since(start).Round(time.Second))
 
-	table := &bench.Table{Impls: opts.impls, Subject: bench.CmfsName, Rows: rows, Best: cfg.Best, Before: base.name}
+	table := &bench.Table{Impls: opts.impls, Subject: bench.CmfsName, Rows: rows, Best: cfg.Best, Before: base.name,
+		Extra: []bench.RatioColumn{{Subject: bench.IntervalName, Base: bench.LoopbackName}}}
+	perOp := &bench.OpTable{Impls: opts.impls, Rows: rows}
+	for _, name := range opts.impls {
+		if name == bench.CmfsName || name == bench.IntervalName || name == base.name {
+			perOp.Flushes = append(perOp.Flushes, name)
+		}
+	}
 	notes = append(notes, table.Notes()...)
+	notes = append(notes, perOp.Notes()...)
 	for _, l := range table.Spread(1.5) {
 		notes = append(notes, "runs differ by more than 1.5× (slowest to fastest) in "+l)
 	}
-	if err := bench.WriteReport(stdout, table, table.Legend(), notes, machine); err != nil {
+	legend := table.Legend() + "\n\n" + perOp.Legend()
+	if err := bench.WriteReport(stdout, bench.Reports{table, perOp}, legend, notes, machine); err != nil {
 		return err
 	}
 	if runErr != nil {
@@ -316,6 +330,21 @@ func prepare(ctx context.Context, root, work, runDir string, opts options, base 
 		notes []string
 		desc  = map[string]string{}
 	)
+	// cmfs and cmfs interval run the same binary, built once.
+	var cmfsBin string
+	var cmfsErr error
+	buildCmfs := func() (string, error) {
+		if cmfsBin == "" && cmfsErr == nil {
+			cmfsBin = opts.cmfs
+			if cmfsBin == "" {
+				cmfsBin = filepath.Join(work, "cmfs")
+				if cmfsErr = bench.GoBuild(ctx, root, cmfsBin, "./cmd/cmfs"); cmfsErr != nil {
+					cmfsBin = ""
+				}
+			}
+		}
+		return cmfsBin, cmfsErr
+	}
 	for _, name := range opts.impls {
 		switch name {
 		case bench.NativeName:
@@ -347,18 +376,20 @@ func prepare(ctx context.Context, root, work, runDir string, opts options, base 
 				Log:     filepath.Join(runDir, name+".log"),
 			})
 			desc[name] = "libfuse example passthrough_ll -f -o source=DIR: default cache=auto (1 s timeouts), multi-threaded, no writeback cache, no kernel passthrough"
-		case bench.CmfsName:
-			bin := opts.cmfs
-			if bin == "" {
-				bin = filepath.Join(work, "cmfs")
-				if err := bench.GoBuild(ctx, root, bin, "./cmd/cmfs"); err != nil {
-					notes = append(notes, fmt.Sprintf("cmfs: not measured, n/a: %v", err))
-					desc[name] = "n/a (./cmd/cmfs does not build)"
-					continue
-				}
+		case bench.CmfsName, bench.IntervalName:
+			bin, err := buildCmfs()
+			if err != nil {
+				notes = append(notes, fmt.Sprintf("%s: not measured, n/a: %v", name, err))
+				desc[name] = "n/a (./cmd/cmfs does not build)"
+				continue
 			}
-			impls = append(impls, cmfsDaemon(name, bin))
-			desc[name] = bin + " mount --daemon BACKING MNT (defaults: state in BACKING/.cmfs), unmounted with cmfs umount"
+			if name == bench.CmfsName {
+				impls = append(impls, cmfsDaemon(name, bin))
+				desc[name] = bin + " mount --daemon BACKING MNT (defaults: state in BACKING/.cmfs, --sync=always), unmounted with cmfs umount"
+				continue
+			}
+			impls = append(impls, cmfsDaemon(name, bin, "--sync=interval"))
+			desc[name] = bin + " mount --daemon --sync=interval BACKING MNT (events written before an operation returns, flushed within the default interval), otherwise as cmfs"
 		case base.name:
 			if base.err != nil {
 				notes = append(notes, fmt.Sprintf("%s: not measured, n/a: %v", name, base.err))
@@ -378,14 +409,24 @@ func prepare(ctx context.Context, root, work, runDir string, opts options, base 
 	return impls, desc, notes
 }
 
-// cmfsDaemon runs the cmfs binary bin as column name.
-func cmfsDaemon(name, bin string) *bench.Daemon {
+// cmfsDaemon runs the cmfs binary bin as column name, mounted with flags
+// added to mount --daemon; its commit counters are read with cmfs status.
+func cmfsDaemon(name, bin string, flags ...string) *bench.Daemon {
 	return &bench.Daemon{
-		Label:          name,
-		MountCommand:   func(backing, mnt string) []string { return []string{bin, "mount", "--daemon", backing, mnt} },
+		Label: name,
+		MountCommand: func(backing, mnt string) []string {
+			return append(append([]string{bin, "mount", "--daemon"}, flags...), backing, mnt)
+		},
 		UnmountCommand: func(mnt string) []string { return []string{bin, "umount", mnt} },
+		StatusCommand: func(backing, _ string) []string {
+			return []string{bin, "status", "--state", filepath.Join(backing, ".cmfs"), "--json"}
+		},
 	}
 }
+
+// dirName is the directory of a column's backing directory and
+// mountpoint: its name without spaces.
+func dirName(column string) string { return strings.ReplaceAll(column, " ", "-") }
 
 // exampleDir holds libfuse's examples as Debian's libfuse3-dev ships them.
 const exampleDir = "/usr/share/doc/libfuse3-dev/examples"

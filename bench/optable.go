@@ -1,0 +1,148 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// OpTable is the per-operation companion of a Table: for each row whose
+// operations were timed one by one, the p50 and p99 of an operation in
+// every column (pooled over the runs), and, for the columns in Flushes,
+// the device flushes their commit path issued per operation.
+type OpTable struct {
+	Impls   []string
+	Flushes []string // columns with a commit path to count
+	Rows    []*Row   // only rows with latencies are shown
+}
+
+func (t *OpTable) rows() []*Row {
+	var rs []*Row
+	for _, r := range t.Rows {
+		if len(r.Latencies) > 0 || len(r.Commits) > 0 || len(r.CommitErrs) > 0 {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+func (t *OpTable) header() []string {
+	h := []string{"workload"}
+	for _, impl := range t.Impls {
+		h = append(h, impl+" p50/p99 µs")
+	}
+	for _, impl := range t.Flushes {
+		h = append(h, impl+" flushes/op")
+	}
+	return h
+}
+
+func (t *OpTable) cells(r *Row) []string {
+	c := []string{r.Name}
+	for _, impl := range t.Impls {
+		l := r.Latencies[impl]
+		if _, failed := r.Errs[impl]; failed || l.Count() == 0 {
+			c = append(c, "n/a")
+			continue
+		}
+		c = append(c, micros(l.Quantile(0.5))+" / "+micros(l.Quantile(0.99)))
+	}
+	for _, impl := range t.Flushes {
+		if v, ok := r.FlushesPerOp(impl); ok {
+			c = append(c, fmt.Sprintf("%.2f", v))
+		} else {
+			c = append(c, "—")
+		}
+	}
+	return c
+}
+
+// micros shows a duration in microseconds, to three significant digits
+// below 100.
+func micros(d time.Duration) string {
+	us := float64(d) / float64(time.Microsecond)
+	if us < 100 {
+		return fmt.Sprintf("%.3g", us)
+	}
+	return fmt.Sprintf("%.0f", us)
+}
+
+// WriteText writes the table aligned in columns.
+func (t *OpTable) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.Join(t.header(), "\t")+"\t")
+	for _, r := range t.rows() {
+		fmt.Fprintln(tw, strings.Join(t.cells(r), "\t")+"\t")
+	}
+	return tw.Flush()
+}
+
+// WriteMarkdown writes the table as GitHub markdown.
+func (t *OpTable) WriteMarkdown(w io.Writer) error {
+	h := t.header()
+	fmt.Fprintf(w, "| %s |\n", strings.Join(h, " | "))
+	sep := make([]string, len(h))
+	for i := range sep {
+		sep[i] = "---:"
+	}
+	sep[0] = "---"
+	fmt.Fprintf(w, "|%s|\n", strings.Join(sep, "|"))
+	for _, r := range t.rows() {
+		if _, err := fmt.Fprintf(w, "| %s |\n", strings.Join(t.cells(r), " | ")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Legend explains the table.
+func (t *OpTable) Legend() string {
+	s := "Per operation: p50 / p99 of the time of one operation as the workload's thread saw it " +
+		"(clock read before and after each call; all runs of a column pooled), in microseconds."
+	if len(t.Flushes) > 0 {
+		s += " flushes/op: the device flushes (fsync, fdatasync, syncfs) the commit path issued during the " +
+			"workload's runs, from `cmfs status --json` (\"commit\") read before and after each run, ÷ its operations; " +
+			"— where the status has no commit object or the column did not run."
+	}
+	return s
+}
+
+// Notes says, once per column, why its flushes were not counted.
+func (t *OpTable) Notes() []string {
+	var notes []string
+	for _, impl := range t.Flushes {
+		for _, r := range t.Rows {
+			if e, ok := r.CommitErrs[impl]; ok {
+				notes = append(notes, fmt.Sprintf("%s: flushes/op not counted (%s)", impl, e))
+				break
+			}
+		}
+	}
+	return notes
+}
+
+// Reports prints several reports one after the other, a blank line
+// between them.
+type Reports []Report
+
+func (rs Reports) WriteText(w io.Writer) error {
+	return rs.each(w, Report.WriteText)
+}
+
+func (rs Reports) WriteMarkdown(w io.Writer) error {
+	return rs.each(w, Report.WriteMarkdown)
+}
+
+func (rs Reports) each(w io.Writer, write func(Report, io.Writer) error) error {
+	for i, r := range rs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		if err := write(r, w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
