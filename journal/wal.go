@@ -45,7 +45,8 @@ const (
 	walHeaderSize = 4 << 10
 	walRecHead    = 4 + 8
 	walBodyHead   = 8 + 4 + 8
-	// DefaultWALSegment is the size of each of the WAL's two segments:
+	// DefaultWALSegment is the size of each of the WAL's two segments (less
+	// on a file system with under 1 GiB free: a 128th of what is free):
 	// tens of thousands of events, while bbolt applies them within
 	// milliseconds.
 	DefaultWALSegment = 8 << 20
@@ -136,6 +137,12 @@ func openWAL(p string, seg int64, readOnly bool) (*wal, uint64, error) {
 	}
 	f, err := os.OpenFile(p, flag, 0)
 	if errors.Is(err, os.ErrNotExist) && !readOnly {
+		// A small file system gets small segments: a WAL takes at most
+		// a 64th of the room left, but at least two minimal segments.
+		var st unix.Statfs_t
+		if unix.Statfs(filepath.Dir(p), &st) == nil {
+			seg = max(minWALSegment, min(seg, int64(st.Bavail)*st.Bsize/128))
+		}
 		if err = createWAL(p, seg); err != nil {
 			return nil, 0, fmt.Errorf("create %s: %w", p, err)
 		}
