@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/cmfs-project/cmfs/journal"
@@ -66,6 +67,8 @@ type inflight struct {
 	// held are slots whose intent must outlive their change: its event
 	// could not be journaled (root.keep). end leaves them.
 	held map[int]bool
+	// syncs counts the flushes of the table to stable storage.
+	syncs atomic.Int64
 }
 
 // openInflight opens the table at p, returns the intents a previous mount
