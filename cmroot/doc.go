@@ -12,6 +12,8 @@
 //     (keep) the original into the store, so the entry is the original
 //     inode. On another filesystem it copies, fsyncs and verifies the copy
 //     against the caller's checksum before anything is removed.
+//   - A copy leaves the original's page cache as it found it (package
+//     pagecache): the pages the copy read in are dropped after it.
 //   - Retention lives in the store's own index only. Entry files are never
 //     chmod'ed, chown'ed or utimes'ed: a preserved file keeps the times and
 //     mode it had, so a program that still holds it open sees nothing change.

@@ -18,6 +18,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/internal/checksum"
+	"github.com/cmfs-project/cmfs/internal/pagecache"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 	"golang.org/x/sys/unix"
@@ -455,6 +456,8 @@ var errStopped = errors.New("checksum given up")
 // and says how many bytes it hashed. Once stop (nil: never) is closed it
 // gives up with errStopped.
 func hashReaderAt(f *os.File, size int64, stop <-chan struct{}) (string, int64, error) {
+	// The checksum leaves the file's page cache as it found it.
+	defer pagecache.Note(f, size).Drop()
 	var mapped int64
 	if size >= mmapMin && int64(int(size)) == size {
 		if data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED); err == nil {

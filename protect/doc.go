@@ -68,6 +68,11 @@
 // directory are not names; the walk that finds fewer names than links
 // remembers so, and walks again only when the link count changes.
 //
+// A checksum, like cmroot's copy of an original, leaves the file's page
+// cache as it found it (package pagecache): reading a whole file must not
+// leave it cached, in readahead's large folios, for the small writes
+// that follow an in-place open to land in.
+//
 // Every event is durable before the operation returns. If an original
 // cannot be preserved the operation fails with that error and the original
 // stays where it was (fail closed).
