@@ -41,7 +41,8 @@ import (
 // Known limits: a file made set-ID (chmod) while a handle holds it open
 // for writing through passthrough keeps its bits through that handle's
 // writes; fallocate and copy_file_range into a set-ID file by a caller
-// without CAP_FSETID keep them (the kernel flags neither).
+// without CAP_FSETID keep them (the kernel flags neither); a set-ID file
+// open for writing, being direct I/O, cannot be mapped shared (ENODEV).
 
 // killFlags are the requests being served whose caller, the kernel says,
 // must lose the file's set-ID bits.
