@@ -60,12 +60,15 @@ bench: build bench-deps
 	$(GO) run ./bench/cmd/ecbench
 
 # What the benchmarks compare with and the machine may lack: rsync (for
-# containerbench's report row). Installed once; if it cannot be, the row
-# says so and the run goes on.
+# containerbench's report row) and fio (cmfsbench's random-write rows).
+# Installed once; if one cannot be, its rows say so and the run goes on.
 bench-deps:
 	@command -v rsync >/dev/null 2>&1 || \
 		{ apt-get install -y -q rsync >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q rsync >/dev/null 2>&1; }; } || \
 		echo "bench-deps: rsync could not be installed; containerbench reports its row as n/a"
+	@command -v fio >/dev/null 2>&1 || \
+		{ apt-get install -y -q fio >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q fio >/dev/null 2>&1; }; } || \
+		echo "bench-deps: fio could not be installed; cmfsbench reports its fio rows as n/a"
 
 demo: build
 	./scripts/demo.sh
