@@ -64,9 +64,10 @@ bench: build bench-deps
 	$(GO) run ./bench/cmd/ecbench
 
 # What the benchmarks compare with and the machine may lack: rsync (for
-# containerbench's report row) and xfsprogs (mkfs.xfs, for cmfsbench's
-# XFS row, run on an XFS image it makes on a loop device). Installed once;
-# if one cannot be, its row says so and the run goes on.
+# containerbench's report row), xfsprogs (mkfs.xfs, for cmfsbench's XFS
+# row, run on an XFS image it makes on a loop device) and fio (cmfsbench's
+# random-write rows). Installed once; if one cannot be, its rows say so and
+# the run goes on.
 bench-deps:
 	@command -v rsync >/dev/null 2>&1 || \
 		{ apt-get install -y -q rsync >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q rsync >/dev/null 2>&1; }; } || \
@@ -74,6 +75,9 @@ bench-deps:
 	@command -v mkfs.xfs >/dev/null 2>&1 || \
 		{ apt-get install -y -q xfsprogs >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q xfsprogs >/dev/null 2>&1; }; } || \
 		echo "bench-deps: xfsprogs could not be installed; cmfsbench reports its XFS row as n/a"
+	@command -v fio >/dev/null 2>&1 || \
+		{ apt-get install -y -q fio >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q fio >/dev/null 2>&1; }; } || \
+		echo "bench-deps: fio could not be installed; cmfsbench reports its fio rows as n/a"
 
 demo: build
 	./scripts/demo.sh

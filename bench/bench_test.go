@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -344,5 +345,52 @@ func TestFileSetLatencies(t *testing.T) {
 	}
 	if p99 := m.Latencies.Quantile(0.99); p99 <= 0 || p99 > m.Elapsed {
 		t.Errorf("p99 %v outside (0, %v]", p99, m.Elapsed)
+	}
+}
+
+func TestParseFio(t *testing.T) {
+	report := `note: both iodepth >= 1 and synchronous I/O engine are selected, queue depth will be capped at 1
+{
+  "fio version" : "fio-3.33",
+  "jobs" : [
+    {
+      "jobname" : "randwrite",
+      "error" : 0,
+      "write" : { "io_bytes" : 8192000, "total_ios" : 2000, "runtime" : 500, "iops" : 4000.0 }
+    }
+  ]
+}`
+	m, err := parseFio([]byte(report))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := OpsPerSec.Value(m); m.Ops != 2000 || got != 4000 {
+		t.Errorf("parseFio: %d writes, %v ops/s; want 2000, 4000", m.Ops, got)
+	}
+	if _, err := parseFio([]byte(`{"jobs": [{"error": 5, "write": {"total_ios": 1, "runtime": 1}}]}`)); err == nil {
+		t.Error("a job that failed parsed without error")
+	}
+}
+
+// TestFioRandWrite runs fio, where it is installed, for a second on a
+// small file: the count is writes, the time is what fio counted.
+func TestFioRandWrite(t *testing.T) {
+	if _, err := exec.LookPath("fio"); err != nil {
+		t.Skip("fio is not installed")
+	}
+	p := filepath.Join(t.TempDir(), "f")
+	const size = 8 << 20
+	if _, err := SeqWrite(p, size, 1); err != nil {
+		t.Fatal(err)
+	}
+	m, err := FioRandWrite(t.Context(), p, size, 64, time.Second, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Ops < 100 || m.Elapsed < 900*time.Millisecond || m.Elapsed > 2*time.Second {
+		t.Errorf("fio: %d writes in %v", m.Ops, m.Elapsed)
+	}
+	if fi, err := os.Stat(p); err != nil || fi.Size() != size {
+		t.Errorf("after fio the file has %v bytes (%v), want %d", fi.Size(), err, size)
 	}
 }

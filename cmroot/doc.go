@@ -30,6 +30,8 @@
 //     as for a copy. A clone is as durable as a copy: fsynced before its
 //     rename (on XFS the fsync, or protect's fdatasync of the entry, forces
 //     the log that holds the clone's extent map and reference counts).
+//   - A copy leaves the original's page cache as it found it (package
+//     pagecache): the pages the copy read in are dropped after it.
 //   - Retention lives in the store's own index only. Entry files are never
 //     chmod'ed, chown'ed or utimes'ed: a preserved file keeps the times and
 //     mode it had, so a program that still holds it open sees nothing change.

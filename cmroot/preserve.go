@@ -3,6 +3,7 @@ package cmroot
 import (
 	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/durable"
+	"github.com/cmfs-project/cmfs/internal/pagecache"
 
 	"errors"
 	"fmt"
@@ -147,6 +148,7 @@ func (s *Store) copyIn(path string, fi os.FileInfo, name string, move bool) (cre
 		return false, err
 	}
 	defer src.Close()
+	defer pagecache.Note(src, size).Drop()
 	dst := s.Path(name)
 	mu := s.stripe(name)
 	locked := false
@@ -409,6 +411,8 @@ func (s *Store) copyFrom(f *os.File, name *string, fill func(tmp *os.File) error
 			mu.Unlock()
 		}
 	}()
+	// The copy leaves the original's page cache as it found it.
+	defer pagecache.Note(f, fi.Size()).Drop()
 	exists := false
 	err = durable.Write(s.tmpPath(), fi.Mode().Perm(), s.sync, fill,
 		func(tmp string) (string, error) {

@@ -12,4 +12,12 @@
 // directory listing hides the state directory and cmroot; links that only
 // cmroot holds are not counted in nlink, so a preserved file looks deleted
 // to every program.
+//
+// Reads and writes of an open file go straight to the backing file in the
+// kernel (FUSE passthrough, where the daemon may: as root), and the mount
+// asks for FUSE_HANDLE_KILLPRIV_V2 so that a write asks the daemon
+// nothing. The daemon then clears the set-ID bits that a write or
+// truncation by a caller without CAP_FSETID clears, and keeps a handle
+// for writing of a set-ID file out of passthrough to see its writes
+// (setid.go, with its limits).
 package fusefs

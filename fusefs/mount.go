@@ -68,7 +68,9 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 			Debug:      cfg.Debug || os.Getenv("CMFS_FUSE_DEBUG") != "",
 			// O_TRUNC must arrive with OPEN, or the kernel would open the
 			// file for writing first and the original would be copied.
-			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
+			// HANDLE_KILLPRIV_V2: writes ask nothing of the daemon, which
+			// clears set-ID bits itself (setid.go).
+			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
 			// As root, mount(2) directly and strictly: a fallback to
 			// fusermount3 would hide the kernel's reason for a refusal
 			// (an unknown option) behind "fusermount exited with code
@@ -97,7 +99,7 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 	}
 	opts.MountOptions.Options = mo
 
-	raw := &gatedFS{RawFileSystem: gofs.NewNodeFS(rootNode, opts), gate: &core.Gate}
+	raw := &gatedFS{RawFileSystem: gofs.NewNodeFS(rootNode, opts), gate: &core.Gate, kills: &r.kills}
 	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil && opts.MountOptions.DirectMountStrict && errors.Is(err, syscall.EPERM) {
 		opts.MountOptions.DirectMount, opts.MountOptions.DirectMountStrict = false, false
@@ -122,10 +124,40 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 }
 
 // gatedFS holds the core's Gate shared for the whole of a release, including
-// go-fuse's unregistration of the node's passthrough backing file.
+// go-fuse's unregistration of the node's passthrough backing file, and
+// marks the requests whose caller must lose set-ID bits (setid.go).
 type gatedFS struct {
 	fuse.RawFileSystem
-	gate *sync.RWMutex
+	gate  *sync.RWMutex
+	kills *killFlags
+}
+
+func (g *gatedFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	if in.Mode&fuse.OPEN_KILL_SUIDGID != 0 {
+		defer g.kills.mark(cancel)()
+	}
+	return g.RawFileSystem.Open(cancel, in, out)
+}
+
+func (g *gatedFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	if in.OpenFlags&fuse.OPEN_KILL_SUIDGID != 0 {
+		defer g.kills.mark(cancel)()
+	}
+	return g.RawFileSystem.Create(cancel, in, name, out)
+}
+
+func (g *gatedFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0 {
+		defer g.kills.mark(cancel)()
+	}
+	return g.RawFileSystem.Write(cancel, in, data)
+}
+
+func (g *gatedFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
+	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0 {
+		defer g.kills.mark(cancel)()
+	}
+	return g.RawFileSystem.Writev(cancel, in, data)
 }
 
 func (g *gatedFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {

@@ -276,9 +276,8 @@ func (n *node) Statx(ctx context.Context, f gofs.FileHandle, flags, mask uint32,
 }
 
 func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn uint64, out *gofs.Inode, fhOut gofs.FileHandle, offOut uint64, len uint64, flags uint64) (uint32, syscall.Errno) {
-	in, ok1 := fhIn.(*file)
-	o, ok2 := fhOut.(*file)
-	if !ok1 || !ok2 {
+	in, o := asFile(fhIn), asFile(fhOut)
+	if in == nil || o == nil {
 		return 0, syscall.ENOTSUP
 	}
 	return n.LoopbackNode.CopyFileRange(ctx, in.LoopbackFile, offIn, out, o.LoopbackFile, offOut, len, flags)

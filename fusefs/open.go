@@ -31,7 +31,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	cn := ch.Operations().(*node)
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	return ch, cn.register(h), 0, 0
+	fh, fuseFlags := cn.register(h)
+	return ch, fh, fuseFlags, 0
 }
 
 // createExisting is O_CREAT without O_EXCL of a file that exists: an open,
@@ -46,7 +47,7 @@ func (n *node) createExisting(ctx context.Context, name string, flags uint32, ou
 		return nil, nil, 0, errno
 	}
 	var st syscall.Stat_t
-	if err := syscall.Fstat(int(fh.(*file).h.File().Fd()), &st); err == nil {
+	if err := syscall.Fstat(int(asFile(fh).h.File().Fd()), &st); err == nil {
 		out.Attr.FromStat(&st)
 	}
 	return ch, fh, fuseFlags, 0
@@ -67,7 +68,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		}
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		return n.register(h), 0, 0
+		fh, fuseFlags := n.register(h)
+		return fh, fuseFlags, 0
 	}
 	// Before the node's lock: see protect.Core.Gate.
 	p := n.r.core.Prepare(rel, flags&syscall.O_TRUNC != 0)
@@ -78,16 +80,33 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if err != nil {
 		return nil, 0, toErrno(err)
 	}
-	return n.register(h), 0, 0
+	if flags&syscall.O_TRUNC != 0 && n.r.kills.of(ctx) {
+		// Truncated by a caller without CAP_FSETID (setid.go).
+		if err := clearSetID(h.File()); err != nil {
+			h.Release()
+			h.File().Close()
+			return nil, 0, toErrno(err)
+		}
+	}
+	fh, fuseFlags := n.register(h)
+	return fh, fuseFlags, 0
 }
 
-// register makes h a handle of the node; n.mu must be held by the caller.
-func (n *node) register(h *protect.Handle) *file {
+// register makes h a handle of the node and returns it with the flags of
+// its open; n.mu must be held by the caller. A handle for writing of a
+// file whose set-ID bits a write would clear is not passed through to the
+// kernel (setid.go).
+func (n *node) register(h *protect.Handle) (gofs.FileHandle, uint32) {
 	n.opens++
 	if h.Writes() {
 		n.writers++
 	}
-	return &file{LoopbackFile: gofs.NewLoopbackFileFromOS(h.File()), h: h, n: n}
+	f := &file{LoopbackFile: gofs.NewLoopbackFileFromOS(h.File()), h: h, n: n}
+	var st syscall.Stat_t
+	if h.Writes() && syscall.Fstat(int(h.File().Fd()), &st) == nil && setIDClearable(st.Mode) {
+		return direct{f}, fuse.FOPEN_DIRECT_IO
+	}
+	return f, 0
 }
 
 func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -96,7 +115,7 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	if !ok || !live {
 		return n.setattr(ctx, f, in, out)
 	}
-	fh, _ := f.(*file)
+	fh := asFile(f)
 	var h *protect.Handle
 	if fh != nil {
 		h = fh.h
@@ -106,6 +125,14 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	n.mu.Lock()
 	err := n.r.core.Truncate(ctx, rel, size, h, n.use(), p, n)
 	n.mu.Unlock()
+	if err == nil && in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
+		// Truncated by a caller without CAP_FSETID (setid.go).
+		if h != nil {
+			err = clearSetID(h.File())
+		} else {
+			err = clearSetIDAt(n.r.abs(rel))
+		}
+	}
 	if err != nil {
 		return toErrno(err)
 	}
@@ -116,7 +143,7 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 
 // setattr is the plain loopback setattr, with cmroot's links hidden.
 func (n *node) setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if fh, ok := f.(*file); ok {
+	if fh := asFile(f); fh != nil {
 		f = fh.LoopbackFile
 	}
 	if errno := n.LoopbackNode.Setattr(ctx, f, in, out); errno != 0 {
@@ -135,11 +162,24 @@ type file struct {
 }
 
 var (
+	_ = (gofs.FileWriter)((*file)(nil))
 	_ = (gofs.FileFlusher)((*file)(nil))
 	_ = (gofs.FileFsyncer)((*file)(nil))
 	_ = (gofs.FileReleaser)((*file)(nil))
 	_ = (gofs.FilePassthroughFder)((*file)(nil))
 )
+
+// Write is a write the kernel did not pass through: it clears the
+// file's set-ID bits first where the kernel says the caller must lose
+// them (setid.go).
+func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if f.n.r.kills.of(ctx) {
+		if err := clearSetID(f.h.File()); err != nil {
+			return 0, toErrno(err)
+		}
+	}
+	return f.LoopbackFile.Write(ctx, data, off)
+}
 
 func (f *file) Flush(ctx context.Context) syscall.Errno {
 	if errno := f.LoopbackFile.Flush(ctx); errno != 0 {

@@ -15,6 +15,9 @@ import (
 type root struct {
 	core *protect.Core
 
+	// kills are the requests whose caller must lose set-ID bits (setid.go).
+	kills killFlags
+
 	// swaps maps an inode cmfs swapped in to the node it belongs to.
 	swapMu sync.Mutex
 	swaps  map[uint64]swap

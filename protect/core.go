@@ -19,6 +19,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/internal/checksum"
+	"github.com/cmfs-project/cmfs/internal/pagecache"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 	"golang.org/x/sys/unix"
@@ -86,6 +87,9 @@ type Core struct {
 	Gate sync.RWMutex
 
 	sums sumCache
+	// hashed counts the bytes checksummed from files so far: what tests
+	// of the checksum's cost look at.
+	hashed atomic.Int64
 
 	// inflight records changes under way (see inflight.go); nil in tests
 	// that build a Core by hand.
@@ -448,7 +452,7 @@ func (c *Core) sumFile(f *os.File) (string, *syscall.Stat_t, error) {
 		if sum, ok := c.sums.get(statState(&before)); ok {
 			return sum, &before, nil
 		}
-		sum, err := hashReaderAt(f, before.Size)
+		sum, err := c.hash(f, before.Size, nil)
 		if err != nil {
 			return "", nil, err
 		}
@@ -461,6 +465,33 @@ func (c *Core) sumFile(f *os.File) (string, *syscall.Stat_t, error) {
 			return sum, &after, nil
 		}
 	}
+}
+
+// sumFileUntil puts the checksum of the open file f into the cache, once,
+// unless stop closes first or the file changes while it is hashed. It
+// says whether the cache holds the checksum of the content f had when it
+// returned, and that content's state.
+func (c *Core) sumFileUntil(f *os.File, stop <-chan struct{}) (state, bool) {
+	var before, after syscall.Stat_t
+	if syscall.Fstat(int(f.Fd()), &before) != nil {
+		return state{}, false
+	}
+	if _, ok := c.sums.get(statState(&before)); ok {
+		return statState(&before), true
+	}
+	sum, err := c.hash(f, before.Size, stop)
+	if err != nil || syscall.Fstat(int(f.Fd()), &after) != nil || statState(&before) != statState(&after) {
+		return statState(&before), false
+	}
+	c.sums.put(statState(&after), sum)
+	return statState(&after), true
+}
+
+// hash is hashReaderAt, counted.
+func (c *Core) hash(f *os.File, size int64, stop <-chan struct{}) (string, error) {
+	sum, n, err := hashReaderAt(f, size, stop)
+	c.hashed.Add(n)
+	return sum, err
 }
 
 // sumPath is sumFile for a path.
@@ -498,32 +529,85 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 // mapping: it saves copying every page into a buffer first.
 const mmapMin = 4 << 20
 
-// hashReaderAt hashes the first size bytes of f without moving its offset.
-func hashReaderAt(f *os.File, size int64) (string, error) {
+// hashChunk is how much of a mapped file is hashed between two looks at
+// whether the checksum is still wanted.
+const hashChunk = 16 << 20
+
+// errStopped is what a checksum given up before its end returns.
+var errStopped = errors.New("checksum given up")
+
+// hashReaderAt hashes the first size bytes of f without moving its offset,
+// and says how many bytes it hashed. Once stop (nil: never) is closed it
+// gives up with errStopped.
+func hashReaderAt(f *os.File, size int64, stop <-chan struct{}) (string, int64, error) {
+	// The checksum leaves the file's page cache as it found it.
+	defer pagecache.Note(f, size).Drop()
+	var mapped int64
 	if size >= mmapMin && int64(int(size)) == size {
 		if data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED); err == nil {
 			defer unix.Munmap(data)
 			unix.Madvise(data, unix.MADV_SEQUENTIAL)
-			if sum, ok := hashMapped(data); ok {
-				return journal.FormatSum(sum), nil
+			sum, n, err := hashMapped(data, stop)
+			if err == nil {
+				return journal.FormatSum(sum), n, nil
+			}
+			if errors.Is(err, errStopped) {
+				return "", n, err
 			}
 			// Truncated under us: hash what is there now by reading.
+			mapped = n
 		}
 	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
-	_, sum, err := checksum.Reader(io.NewSectionReader(f, 0, size), *bp)
-	return sum, err
+	n, sum, err := checksum.Reader(stopReader{io.NewSectionReader(f, 0, size), stop}, *bp)
+	return sum, mapped + n, err
 }
 
-// hashMapped hashes mapped file data. A file truncated by another writer
-// while it is hashed faults (SIGBUS) instead of crashing the mount.
-func hashMapped(data []byte) (sum uint64, ok bool) {
+// errFault is a mapped file that shrank while it was hashed.
+var errFault = errors.New("mapped file truncated")
+
+// hashMapped hashes mapped file data and says how many bytes it hashed.
+// A file truncated by another writer while it is hashed faults (SIGBUS)
+// and is errFault instead of a crash of the mount.
+func hashMapped(data []byte, stop <-chan struct{}) (sum uint64, n int64, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if recover() != nil {
-			ok = false
+			err = errFault
 		}
 	}()
-	return xxhash.Sum64(data), true
+	d := xxhash.New()
+	for off := 0; off < len(data); off += hashChunk {
+		if stopped(stop) {
+			return 0, n, errStopped
+		}
+		end := min(off+hashChunk, len(data))
+		d.Write(data[off:end])
+		n = int64(end)
+	}
+	return d.Sum64(), n, nil
+}
+
+// stopReader is a reader that fails with errStopped once stop is closed.
+type stopReader struct {
+	r    io.Reader
+	stop <-chan struct{}
+}
+
+func (s stopReader) Read(p []byte) (int, error) {
+	if stopped(s.stop) {
+		return 0, errStopped
+	}
+	return s.r.Read(p)
+}
+
+// stopped says whether stop is closed; a nil stop never is.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
 }

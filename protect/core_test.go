@@ -1,13 +1,16 @@
 package protect
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 
+	"github.com/cmfs-project/cmfs/internal/pagecache"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
+	"golang.org/x/sys/unix"
 )
 
 func TestExcluded(t *testing.T) {
@@ -122,7 +125,7 @@ func TestHashLargeAndTruncated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	got, err := hashReaderAt(f, int64(len(data)))
+	got, _, err := hashReaderAt(f, int64(len(data)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,8 +137,35 @@ func TestHashLargeAndTruncated(t *testing.T) {
 	if err := os.Truncate(p, 100); err != nil {
 		t.Fatal(err)
 	}
-	got, err = hashReaderAt(f, int64(len(data)))
+	got, _, err = hashReaderAt(f, int64(len(data)), nil)
 	if err == nil && got == journal.Sum(data) {
 		t.Fatalf("hash of a truncated file equals the old content's")
+	}
+}
+
+// TestChecksumLeavesCacheAsFound: checksumming a file no one had cached
+// (a close after random writes, recovery) leaves it uncached.
+func TestChecksumLeavesCacheAsFound(t *testing.T) {
+	const size = 8 << 20
+	p := filepath.Join(t.TempDir(), "cold")
+	if err := os.WriteFile(p, bytes.Repeat([]byte("checksummed once\n"), size/17+1)[:size], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Sync()
+	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	if n, err := pagecache.Resident(f, size); err != nil || n > size/16 {
+		t.Skipf("the filesystem keeps %d bytes cached after FADV_DONTNEED (%v)", n, err)
+	}
+	c := &Core{}
+	if _, _, err := c.sumPath(p); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := pagecache.Resident(f, size); err != nil || n > size/16 {
+		t.Errorf("after the checksum %d bytes of the file are cached (%v), none before", n, err)
 	}
 }

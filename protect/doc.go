@@ -52,6 +52,17 @@
 //     before close() returns, unless it is what the file's last event
 //     said; a handle released unchanged drops the copy taken at open
 //     (cmroot.DropUnused: unless a later preservation shares it).
+//   - fsync of a write handle journals nothing: the close journals the
+//     content. It makes the content durable (the backing file's fsync)
+//     and, the first time for the handle, the handle's intent in the
+//     in-flight table, so that after a power loss that kept the content
+//     the next mount's recovery journals it (I3). One extra flush per
+//     handle, none per fsync. The content is checksummed while the fsync
+//     runs only for as long as the fsync lasts, so that write, fsync,
+//     close finds the checksum made; a handle whose checksum at fsync was
+//     cut short by its fsync's end, or outdated by writes before the next
+//     fsync, stops checksumming at fsync and checksums at its close only:
+//     random writes with an fsync every few cost no read of the file.
 //   - rmdir of a database, table or partition is one structural event;
 //     rm -r yields one DELETE per file first.
 //
@@ -69,6 +80,11 @@
 // comparison of st_nlink. Links in scratch space or outside the backing
 // directory are not names; the walk that finds fewer names than links
 // remembers so, and walks again only when the link count changes.
+//
+// A checksum, like cmroot's copy of an original, leaves the file's page
+// cache as it found it (package pagecache): reading a whole file must not
+// leave it cached, in readahead's large folios, for the small writes
+// that follow an in-place open to land in.
 //
 // Every event is durable before the operation returns. If an original
 // cannot be preserved the operation fails with that error and the original

@@ -80,6 +80,14 @@ type Handle struct {
 	intent intent
 	// unjournaled says the last flush could not journal the content.
 	unjournaled bool
+	// durable says an fsync made the handle's intent durable (Fsync).
+	durable bool
+	// fsyncSum is what the handle's checksums at fsync have come to:
+	// the state last hashed, whether one was, and whether they are given
+	// up (one was cut short by its fsync's end, or outdated by writes).
+	fsyncSum    state
+	fsyncSummed bool
+	noFsyncSum  bool
 }
 
 // File returns the backing file the handle reads and writes.
@@ -540,23 +548,74 @@ func (h *Handle) settle(rel string, orig *preserved, sum string) {
 	h.c.inflight.update(h.slot, &h.intent)
 }
 
-// Fsync runs fsync, the backing file's, while it checksums the content,
-// so the close that usually follows finds the checksum cached.
+// Fsync makes what the handle wrote durable: fsync is the backing file's.
+// It journals nothing (the close journals the content), but the content
+// it makes durable is not yet what the journal says of the file, so the
+// first fsync of a handle makes the handle's intent durable as well:
+// after a power loss, the next mount finds it and journals the content
+// the file then holds (I3). Later fsyncs cost the backing fsync alone.
+//
+// While fsync runs, the content is checksummed for the close that usually
+// follows, as long as that costs the fsync nothing: the checksum is given
+// up when fsync ends first. A handle stops checksumming at fsync for good
+// once such a checksum was given up, or outdated by writes before the
+// next fsync: random writes with an fsync every few (a database, a log)
+// would otherwise read the whole file at every fsync. Write, fsync, close
+// still finds the checksum made.
 func (h *Handle) Fsync(fsync func() error) error {
 	if !h.write || h.excluded {
 		return fsync()
 	}
-	done := make(chan struct{})
+	sum, err := h.fsyncing()
+	if err != nil {
+		return err
+	}
+	if !sum {
+		return fsync()
+	}
+	src, closeSrc, err := h.reader()
+	if err != nil {
+		return fsync() // the close checksums, and says what fails
+	}
+	defer closeSrc()
+	stop := make(chan struct{})
+	type summed struct {
+		st state
+		ok bool
+	}
+	done := make(chan summed, 1)
 	go func() {
-		defer close(done)
-		if src, closeSrc, err := h.reader(); err == nil {
-			h.c.sumFile(src) // fills the cache; errors surface at flush
-			closeSrc()
-		}
+		st, ok := h.c.sumFileUntil(src, stop)
+		done <- summed{st, ok}
 	}()
-	err := fsync()
-	<-done
+	err = fsync()
+	close(stop)
+	r := <-done
+	h.mu.Lock()
+	h.fsyncSum, h.fsyncSummed = r.st, r.ok
+	h.noFsyncSum = h.noFsyncSum || !r.ok
+	h.mu.Unlock()
 	return err
+}
+
+// fsyncing readies an fsync of the handle: its intent is made durable
+// the first time, and it says whether to checksum while the fsync runs.
+func (h *Handle) fsyncing() (sum bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.durable && h.slot >= 0 && h.c.inflight != nil {
+		if err := h.c.inflight.sync(); err != nil {
+			return false, err
+		}
+		h.durable = true
+	}
+	if h.fsyncSummed && !h.noFsyncSum {
+		var st syscall.Stat_t
+		if syscall.Fstat(int(h.f.Fd()), &st) != nil || statState(&st) != h.fsyncSum {
+			h.noFsyncSum = true // written since: that checksum was for nothing
+		}
+	}
+	return !h.noFsyncSum, nil
 }
 
 // reader returns a descriptor that reads the handle's inode: the same

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/cmfs-project/cmfs/journal"
@@ -23,7 +24,14 @@ import (
 // that did take effect. The table is written without fsync: it guards
 // against the process dying, whose writes the kernel keeps; against power
 // loss the journal's own fsync is the guarantee (an acknowledged change has
-// its event).
+// its event). The one exception is a write handle's fsync, which promises
+// durable content before any event names it: the first fsync of a handle
+// flushes the table too (sync), so that after a power loss the handle's
+// intent is there for the next mount to journal the content the file then
+// holds. An intent made durable and cleared later may come back after a
+// power loss, as one the kernel's own writeback of the table reached the
+// disk with may: recovery finds its change journaled, or journals the
+// tree as it is.
 
 const slotSize = 16 << 10 // two paths of PATH_MAX and the rest, as JSON
 
@@ -66,6 +74,8 @@ type inflight struct {
 	// held are slots whose intent must outlive their change: its event
 	// could not be journaled (root.keep). end leaves them.
 	held map[int]bool
+	// syncs counts the flushes of the table to stable storage.
+	syncs atomic.Int64
 }
 
 // openInflight opens the table at p, returns the intents a previous mount
@@ -195,6 +205,17 @@ func (t *inflight) write(slot int, in *intent) error {
 	if _, err := t.f.WriteAt(rec, int64(slot)*slotSize); err != nil {
 		return fmt.Errorf("in-flight table: %w", err)
 	}
+	return nil
+}
+
+// sync makes every intent written so far durable: the table is otherwise
+// written without fsync (see above), and a handle's fsync needs its
+// intent to survive a power loss with the data (Handle.Fsync).
+func (t *inflight) sync() error {
+	if err := unix.Fdatasync(int(t.f.Fd())); err != nil {
+		return fmt.Errorf("in-flight table: %w", err)
+	}
+	t.syncs.Add(1)
 	return nil
 }
 

@@ -413,7 +413,7 @@ func hashPath(p string) (int64, string, error) {
 	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
 		return 0, "", err
 	}
-	sum, err := hashReaderAt(f, st.Size)
+	sum, _, err := hashReaderAt(f, st.Size, nil)
 	return st.Size, sum, err
 }
 

@@ -1,0 +1,138 @@
+package fusefs
+
+import (
+	"context"
+	"os"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// The mount asks for FUSE_HANDLE_KILLPRIV_V2. Without it the kernel, which
+// must know before every write whether the write drops the file's
+// capabilities, asks the daemon for security.capability: a GETXATTR round
+// trip per write, passthrough or not, that cost 4 KiB random writes four
+// fifths of their speed. With it the superblock is SB_NOSEC, so an inode
+// once checked is S_NOSEC and writes ask nothing; in exchange, clearing the
+// set-ID bits that a write or truncation by a caller without CAP_FSETID
+// must clear is the daemon's job (set-user-ID always, set-group-ID where
+// the group may execute). The kernel says when — OPEN_KILL_SUIDGID on an
+// O_TRUNC open, FATTR_KILL_SUIDGID on a truncate, WRITE_KILL_SUIDGID on a
+// write — except for the writes it hands to the backing file itself
+// (passthrough), which the daemon never sees. So:
+//
+//   - a handle for writing of a file whose set-ID bits a write would
+//     clear is not passed through: it is opened for direct I/O (which may
+//     share an inode with other handles' passthrough), its reads and
+//     writes come to the daemon, and a write the kernel flags clears the
+//     bits before it lands;
+//   - an O_TRUNC open, and a truncate, the kernel flags clear them after;
+//   - a change of owner clears them in the backing filesystem, as
+//     natively.
+//
+// go-fuse hands a node a request's flags and caller, but not OPEN's open
+// flags nor WRITE's write flags: gatedFS marks the requests that carry
+// the kernel's word in killFlags, by their cancel channel, which is a
+// request's own while it is served.
+//
+// Known limits: a file made set-ID (chmod) while a handle holds it open
+// for writing through passthrough keeps its bits through that handle's
+// writes; fallocate and copy_file_range into a set-ID file by a caller
+// without CAP_FSETID keep them (the kernel flags neither); a set-ID file
+// open for writing, being direct I/O, cannot be mapped shared (ENODEV).
+
+// killFlags are the requests being served whose caller, the kernel says,
+// must lose the file's set-ID bits.
+type killFlags struct{ m sync.Map }
+
+// mark records that the request with cancel channel c carries the
+// kernel's word, until the returned function is called.
+func (k *killFlags) mark(c <-chan struct{}) (unmark func()) {
+	k.m.Store(c, struct{}{})
+	return func() { k.m.Delete(c) }
+}
+
+// of says whether the request ctx serves carries the kernel's word.
+func (k *killFlags) of(ctx context.Context) bool {
+	fc, ok := ctx.(*fuse.Context)
+	if !ok {
+		return false
+	}
+	_, ok = k.m.Load(fc.Cancel)
+	return ok
+}
+
+// setIDClearable says whether a write by a caller without CAP_FSETID
+// clears some of a regular file's set-ID bits in mode.
+func setIDClearable(mode uint32) bool {
+	return mode&syscall.S_IFMT == syscall.S_IFREG &&
+		(mode&syscall.S_ISUID != 0 || mode&(syscall.S_ISGID|syscall.S_IXGRP) == syscall.S_ISGID|syscall.S_IXGRP)
+}
+
+// clearSetID clears the set-ID bits of the open file f that a write or
+// truncation by a caller without CAP_FSETID clears.
+func clearSetID(f *os.File) error {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	if !setIDClearable(st.Mode) {
+		return nil
+	}
+	mode := st.Mode &^ syscall.S_ISUID
+	if mode&syscall.S_IXGRP != 0 {
+		mode &^= syscall.S_ISGID
+	}
+	return syscall.Fchmod(int(f.Fd()), mode&0o7777)
+}
+
+// clearSetIDAt is clearSetID for the regular file at abs.
+func clearSetIDAt(abs string) error {
+	fd, err := unix.Open(abs, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), abs)
+	defer f.Close()
+	return clearSetID(f)
+}
+
+// fileOps is every call go-fuse makes on an open file but the one that
+// hands its descriptor to the kernel (FilePassthroughFder).
+type fileOps interface {
+	gofs.FileReleaser
+	gofs.FileGetattrer
+	gofs.FileReader
+	gofs.FileWriter
+	gofs.FileGetlker
+	gofs.FileSetlker
+	gofs.FileSetlkwer
+	gofs.FileLseeker
+	gofs.FileFlusher
+	gofs.FileFsyncer
+	gofs.FileSetattrer
+	gofs.FileAllocater
+	gofs.FileIoctler
+}
+
+// direct is an open file the kernel does not pass through: go-fuse
+// passes through only a handle that has PassthroughFd, and direct's
+// methods are fileOps'.
+type direct struct{ fileOps }
+
+var _ = (fileOps)((*file)(nil))
+
+// asFile returns the *file behind an open file of the mount, or nil.
+func asFile(fh gofs.FileHandle) *file {
+	switch f := fh.(type) {
+	case *file:
+		return f
+	case direct:
+		f2, _ := f.fileOps.(*file)
+		return f2
+	}
+	return nil
+}

@@ -1,0 +1,155 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestWritesAskNoXattr: 4 KiB writes through the mount cost the daemon
+// nothing per write. Without FUSE_HANDLE_KILLPRIV_V2 the kernel asks the
+// daemon for security.capability before every write (GETXATTR, to know
+// whether the write must drop file capabilities), a round trip that cost
+// random writes four fifths of their speed.
+func TestWritesAskNoXattr(t *testing.T) {
+	requireFUSE(t)
+	backing := filepath.Join(t.TempDir(), "backing")
+	if err := os.Mkdir(backing, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mp := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	requests := filepath.Join(t.TempDir(), "requests.log")
+	mount := startForeground(t, backing, mp, "CMFS_FUSE_DEBUG="+requests)
+	const writes = 512
+	f, err := os.Create(filepath.Join(mp, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := bytes.Repeat([]byte("w"), 4096)
+	for i := range writes {
+		if _, err := f.WriteAt(block, int64(i%64)*4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mount.kill()
+	mount.wait(t)
+	log, err := os.ReadFile(requests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(log, []byte(": GETXATTR ")); n > 4 {
+		t.Errorf("%d writes through the mount made %d GETXATTR requests, want a few at most", writes, n)
+	}
+}
+
+// setIDFile is one file of TestSetIDBits: its mode, and what the
+// unprivileged caller (or root) does to it.
+type setIDFile struct {
+	name string
+	mode os.FileMode // with os.ModeSetuid, os.ModeSetgid
+	root bool        // root acts, not the unprivileged caller
+	act  string      // shell, with $F the file
+}
+
+var setIDFiles = []setIDFile{
+	{"write-suid", 0o777 | os.ModeSetuid, false, `printf y | dd of="$F" conv=notrunc status=none`},
+	{"append-sgid", 0o777 | os.ModeSetgid, false, `printf y >> "$F"`},
+	{"append-both", 0o777 | os.ModeSetuid | os.ModeSetgid, false, `printf y >> "$F"`},
+	{"otrunc-suid", 0o777 | os.ModeSetuid, false, `printf z > "$F"`},
+	{"truncate-sgid", 0o777 | os.ModeSetgid, false, `truncate -s 1 "$F"`},
+	{"open-only-suid", 0o777 | os.ModeSetuid, false, `exec 3<>"$F"`},
+	{"root-append-suid", 0o777 | os.ModeSetuid, true, `printf y >> "$F"`},
+	{"root-otrunc-sgid", 0o777 | os.ModeSetgid, true, `printf z > "$F"`},
+}
+
+// TestSetIDBits: writes, O_TRUNC and truncate by a caller without
+// CAP_FSETID clear a file's set-user-ID bit, and its set-group-ID bit
+// where the group may execute it, through the mount as in a native
+// directory; root's keep them, and so does an open that writes nothing.
+// With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves this to the daemon, and
+// a write it hands to the kernel (passthrough) never reaches the daemon.
+func TestSetIDBits(t *testing.T) {
+	requireFUSE(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the files belong to root and another user writes them")
+	}
+	cred := testUser(t)
+	// Directories another user can reach: t.TempDir's are 0700.
+	base, err := os.MkdirTemp("", "cmfs-setid-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	native, backing := filepath.Join(base, "native"), filepath.Join(base, "backing")
+	for _, d := range []string{base, native, backing} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := mountAt(t, backing, "-o", "allow_other")
+	// The mount point's directory and the test's, made 0700.
+	for _, d := range []string{filepath.Dir(m.Mnt), filepath.Dir(filepath.Dir(m.Mnt))} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	modes := func(dir string) map[string]string {
+		for _, f := range setIDFiles {
+			p := filepath.Join(dir, f.name)
+			if err := os.WriteFile(p, []byte("content\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(p, f.mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, f := range setIDFiles {
+			script := fmt.Sprintf("F=%q; %s", filepath.Join(dir, f.name), f.act)
+			var res result
+			if f.root {
+				res = runTool(t, 30*time.Second, "sh", "-c", script)
+			} else {
+				res = runAs(t, cred, base, "/bin/sh", "-c", script)
+			}
+			if res.Code != 0 {
+				t.Fatalf("%s in %s: %v", f.name, dir, res)
+			}
+		}
+		got := map[string]string{}
+		for _, f := range setIDFiles {
+			var st syscall.Stat_t
+			if err := syscall.Stat(filepath.Join(dir, f.name), &st); err != nil {
+				t.Fatal(err)
+			}
+			got[f.name] = fmt.Sprintf("%04o", st.Mode&0o7777)
+		}
+		return got
+	}
+	want, got := modes(native), modes(m.Mnt)
+	var diffs []string
+	for _, f := range setIDFiles {
+		if got[f.name] != want[f.name] {
+			diffs = append(diffs, fmt.Sprintf("%s (%s): mode %s through the mount, %s natively", f.name, f.act, got[f.name], want[f.name]))
+		}
+	}
+	if len(diffs) > 0 {
+		t.Errorf("set-ID bits differ from a native directory:\n  %s", strings.Join(diffs, "\n  "))
+	}
+	if want["write-suid"] != "0777" {
+		t.Errorf("natively a write by uid %d leaves mode %s: the test cannot tell", cred.Uid, want["write-suid"])
+	}
+}
