@@ -17,7 +17,7 @@
 // kernel (FUSE passthrough, where the daemon may: as root), and the mount
 // asks for FUSE_HANDLE_KILLPRIV_V2 so that a write asks the daemon
 // nothing. The daemon then clears the set-ID bits that a write or
-// truncation by a caller without CAP_FSETID clears, and keeps a handle
-// for writing of a set-ID file out of passthrough to see its writes
-// (setid.go, with its limits).
+// truncation by a caller without CAP_FSETID clears, and keeps the handles
+// of a set-ID file out of passthrough to see their writes (setid.go, with
+// its limits).
 package fusefs

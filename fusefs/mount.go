@@ -124,8 +124,9 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 }
 
 // gatedFS holds the core's Gate shared for the whole of a release, including
-// go-fuse's unregistration of the node's passthrough backing file, and
-// marks the requests whose caller must lose set-ID bits (setid.go).
+// go-fuse's unregistration of the node's passthrough backing file, marks
+// the requests whose caller must lose set-ID bits and keeps the handles
+// that must see their writes out of passthrough (setid.go).
 type gatedFS struct {
 	fuse.RawFileSystem
 	gate  *sync.RWMutex
@@ -136,14 +137,18 @@ func (g *gatedFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOu
 	if in.Mode&fuse.OPEN_KILL_SUIDGID != 0 {
 		defer g.kills.mark(cancel)()
 	}
-	return g.RawFileSystem.Open(cancel, in, out)
+	st := g.RawFileSystem.Open(cancel, in, out)
+	notPassedThrough(out)
+	return st
 }
 
 func (g *gatedFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	if in.OpenFlags&fuse.OPEN_KILL_SUIDGID != 0 {
 		defer g.kills.mark(cancel)()
 	}
-	return g.RawFileSystem.Create(cancel, in, name, out)
+	st := g.RawFileSystem.Create(cancel, in, name, out)
+	notPassedThrough(&out.OpenOut)
+	return st
 }
 
 func (g *gatedFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {

@@ -24,6 +24,7 @@ type node struct {
 	mu      sync.Mutex
 	opens   int // handles open on this node
 	writers int // of which opened for writing
+	direct  int // of which not passed through to the kernel (setid.go)
 
 	// swapped is the backing inode number now behind this node when cmfs
 	// replaced the inode at its path (O_TRUNC, truncate to 0): the node
@@ -276,8 +277,9 @@ func (n *node) Statx(ctx context.Context, f gofs.FileHandle, flags, mask uint32,
 }
 
 func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn uint64, out *gofs.Inode, fhOut gofs.FileHandle, offOut uint64, len uint64, flags uint64) (uint32, syscall.Errno) {
-	in, o := asFile(fhIn), asFile(fhOut)
-	if in == nil || o == nil {
+	in, ok1 := fhIn.(*file)
+	o, ok2 := fhOut.(*file)
+	if !ok1 || !ok2 {
 		return 0, syscall.ENOTSUP
 	}
 	return n.LoopbackNode.CopyFileRange(ctx, in.LoopbackFile, offIn, out, o.LoopbackFile, offOut, len, flags)

@@ -47,7 +47,7 @@ func (n *node) createExisting(ctx context.Context, name string, flags uint32, ou
 		return nil, nil, 0, errno
 	}
 	var st syscall.Stat_t
-	if err := syscall.Fstat(int(asFile(fh).h.File().Fd()), &st); err == nil {
+	if err := syscall.Fstat(int(fh.(*file).h.File().Fd()), &st); err == nil {
 		out.Attr.FromStat(&st)
 	}
 	return ch, fh, fuseFlags, 0
@@ -93,18 +93,28 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 }
 
 // register makes h a handle of the node and returns it with the flags of
-// its open; n.mu must be held by the caller. A handle for writing of a
-// file whose set-ID bits a write would clear is not passed through to the
-// kernel (setid.go).
-func (n *node) register(h *protect.Handle) (gofs.FileHandle, uint32) {
+// its open; n.mu must be held by the caller. The handles of a set-ID file
+// are not passed through to the kernel, so that the daemon sees their
+// writes; the kernel refuses to mix the two kinds on an inode it passes
+// through, so every handle opened while others are open is of their kind
+// (setid.go).
+func (n *node) register(h *protect.Handle) (*file, uint32) {
+	f := &file{LoopbackFile: gofs.NewLoopbackFileFromOS(h.File()), h: h, n: n}
+	var st syscall.Stat_t
+	switch {
+	case n.opens > n.direct:
+	case n.direct > 0:
+		f.direct = true
+	default:
+		f.direct = syscall.Fstat(int(h.File().Fd()), &st) == nil && setIDClearable(st.Mode)
+	}
 	n.opens++
 	if h.Writes() {
 		n.writers++
 	}
-	f := &file{LoopbackFile: gofs.NewLoopbackFileFromOS(h.File()), h: h, n: n}
-	var st syscall.Stat_t
-	if h.Writes() && syscall.Fstat(int(h.File().Fd()), &st) == nil && setIDClearable(st.Mode) {
-		return direct{f}, fuse.FOPEN_DIRECT_IO
+	if f.direct {
+		n.direct++
+		return f, fuse.FOPEN_DIRECT_IO
 	}
 	return f, 0
 }
@@ -115,7 +125,7 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	if !ok || !live {
 		return n.setattr(ctx, f, in, out)
 	}
-	fh := asFile(f)
+	fh, _ := f.(*file)
 	var h *protect.Handle
 	if fh != nil {
 		h = fh.h
@@ -143,7 +153,7 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 
 // setattr is the plain loopback setattr, with cmroot's links hidden.
 func (n *node) setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if fh := asFile(f); fh != nil {
+	if fh, ok := f.(*file); ok {
 		f = fh.LoopbackFile
 	}
 	if errno := n.LoopbackNode.Setattr(ctx, f, in, out); errno != 0 {
@@ -159,6 +169,8 @@ type file struct {
 	*gofs.LoopbackFile
 	h *protect.Handle
 	n *node
+	// direct: the kernel does not pass this handle through (setid.go).
+	direct bool
 }
 
 var (
@@ -204,6 +216,9 @@ func (f *file) Release(ctx context.Context) syscall.Errno {
 	f.n.opens--
 	if f.h.Writes() {
 		f.n.writers--
+	}
+	if f.direct {
+		f.n.direct--
 	}
 	f.n.mu.Unlock()
 	return f.LoopbackFile.Release(ctx)

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"syscall"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
@@ -24,11 +23,14 @@ import (
 // write — except for the writes it hands to the backing file itself
 // (passthrough), which the daemon never sees. So:
 //
-//   - a handle for writing of a file whose set-ID bits a write would
-//     clear is not passed through: it is opened for direct I/O (which may
-//     share an inode with other handles' passthrough), its reads and
+//   - the handles of a file whose set-ID bits a write would clear are not
+//     passed through: they are opened for direct I/O, their reads and
 //     writes come to the daemon, and a write the kernel flags clears the
-//     bits before it lands;
+//     bits before it lands. The kernel refuses an open that is not passed
+//     through of an inode it passes through (EIO), so a handle opened
+//     while others are open is of their kind (register), and go-fuse,
+//     which counts the inode's backing file over every handle, keeps its
+//     count for a direct one too (notPassedThrough);
 //   - an O_TRUNC open, and a truncate, the kernel flags clear them after;
 //   - a change of owner clears them in the backing filesystem, as
 //     natively.
@@ -38,11 +40,13 @@ import (
 // the kernel's word in killFlags, by their cancel channel, which is a
 // request's own while it is served.
 //
-// Known limits: a file made set-ID (chmod) while a handle holds it open
-// for writing through passthrough keeps its bits through that handle's
-// writes; fallocate and copy_file_range into a set-ID file by a caller
-// without CAP_FSETID keep them (the kernel flags neither); a set-ID file
-// open for writing, being direct I/O, cannot be mapped shared (ENODEV).
+// Known limits: a file made set-ID (chmod) while it has handles passed
+// through keeps its bits through the writes of those, and of every
+// handle opened before the last of them closes; fallocate and
+// copy_file_range into a set-ID file by a caller without CAP_FSETID keep
+// them (the kernel flags neither); a set-ID file open through the mount,
+// being direct I/O, cannot be mapped shared (ENODEV; a private mapping,
+// as exec makes, works).
 
 // killFlags are the requests being served whose caller, the kernel says,
 // must lose the file's set-ID bits.
@@ -100,39 +104,14 @@ func clearSetIDAt(abs string) error {
 	return clearSetID(f)
 }
 
-// fileOps is every call go-fuse makes on an open file but the one that
-// hands its descriptor to the kernel (FilePassthroughFder).
-type fileOps interface {
-	gofs.FileReleaser
-	gofs.FileGetattrer
-	gofs.FileReader
-	gofs.FileWriter
-	gofs.FileGetlker
-	gofs.FileSetlker
-	gofs.FileSetlkwer
-	gofs.FileLseeker
-	gofs.FileFlusher
-	gofs.FileFsyncer
-	gofs.FileSetattrer
-	gofs.FileAllocater
-	gofs.FileIoctler
-}
-
-// direct is an open file the kernel does not pass through: go-fuse
-// passes through only a handle that has PassthroughFd, and direct's
-// methods are fileOps'.
-type direct struct{ fileOps }
-
-var _ = (fileOps)((*file)(nil))
-
-// asFile returns the *file behind an open file of the mount, or nil.
-func asFile(fh gofs.FileHandle) *file {
-	switch f := fh.(type) {
-	case *file:
-		return f
-	case direct:
-		f2, _ := f.fileOps.(*file)
-		return f2
+// notPassedThrough takes passthrough back from the reply to an open that
+// asked for direct I/O (register): go-fuse gives every handle of an inode
+// the inode's backing file, counts it, and gives one count up at every
+// release, so such a handle keeps its count (and the inode its backing
+// file) while the kernel sends its reads and writes to the daemon.
+func notPassedThrough(out *fuse.OpenOut) {
+	if out.OpenFlags&fuse.FOPEN_DIRECT_IO != 0 {
+		out.OpenFlags &^= fuse.FOPEN_PASSTHROUGH
+		out.BackingID = 0
 	}
-	return nil
 }

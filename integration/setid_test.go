@@ -153,3 +153,44 @@ func TestSetIDBits(t *testing.T) {
 		t.Errorf("natively a write by uid %d leaves mode %s: the test cannot tell", cred.Uid, want["write-suid"])
 	}
 }
+
+// TestSetIDHandlesShareAnInode: a set-ID file's handle for writing, which
+// the kernel does not pass through, shares the inode with handles it does
+// pass through; opening, closing and reopening them in any order works.
+// go-fuse counts the kernel's backing file per inode and gives it up at
+// every handle's release: a handle that took no count made a later open
+// fail with EIO.
+func TestSetIDHandlesShareAnInode(t *testing.T) {
+	m := mount(t)
+	p := m.path("setid")
+	writeFile(t, p, []byte("content\n"))
+	if err := os.Chmod(p, 0o755|os.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
+	open := func(flag int) *os.File {
+		t.Helper()
+		f, err := os.OpenFile(p, flag, 0)
+		if err != nil {
+			t.Fatalf("open %s (flags %#x): %v", p, flag, err)
+		}
+		t.Cleanup(func() { f.Close() }) // before the unmount, on failure
+		return f
+	}
+	w := open(os.O_RDWR) // not passed through
+	r := open(os.O_RDONLY)
+	w.Close()
+	r2 := open(os.O_RDONLY)
+	w2 := open(os.O_WRONLY)
+	r.Close()
+	r3 := open(os.O_RDONLY)
+	for _, f := range []*os.File{r2, r3} {
+		b := make([]byte, 7)
+		if _, err := f.ReadAt(b, 0); err != nil || string(b) != "content" {
+			t.Errorf("read %q, %v", b, err)
+		}
+	}
+	for _, f := range []*os.File{r2, w2, r3} {
+		f.Close()
+	}
+	open(os.O_RDWR).Close()
+}

@@ -116,5 +116,9 @@
 // that is written again afterwards (through a dup'd descriptor) is not
 // preserved, only the content at open and the content at the last close;
 // mode, owner, times and xattrs are not journaled; symlinks and special
-// files are journaled but not preserved.
+// files are journaled but not preserved. The in-flight table is flushed at
+// a write handle's first fsync only: content a handle still open wrote
+// without fsync, and that the kernel's writeback took to the disk anyway,
+// may come back after a power loss without the handle's intent, and the
+// journal then describes the file as the handle found it.
 package protect
