@@ -290,10 +290,8 @@ func (l *Log) commit(batch []*request) {
 		}
 		var rest []*request
 		for _, r := range batch {
-			if r.err != nil {
-				r.reset()
-			} else {
-				r.reset()
+			r.reset()
+			if r.err == nil {
 				rest = append(rest, r)
 			}
 		}
