@@ -3,8 +3,6 @@ package bench
 import (
 	"fmt"
 	"io"
-	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -71,30 +69,12 @@ func micros(d time.Duration) string {
 
 // WriteText writes the table aligned in columns.
 func (t *OpTable) WriteText(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, strings.Join(t.header(), "\t")+"\t")
-	for _, r := range t.rows() {
-		fmt.Fprintln(tw, strings.Join(t.cells(r), "\t")+"\t")
-	}
-	return tw.Flush()
+	return WriteText(w, t.header(), mapRows(t.rows(), t.cells))
 }
 
 // WriteMarkdown writes the table as GitHub markdown.
 func (t *OpTable) WriteMarkdown(w io.Writer) error {
-	h := t.header()
-	fmt.Fprintf(w, "| %s |\n", strings.Join(h, " | "))
-	sep := make([]string, len(h))
-	for i := range sep {
-		sep[i] = "---:"
-	}
-	sep[0] = "---"
-	fmt.Fprintf(w, "|%s|\n", strings.Join(sep, "|"))
-	for _, r := range t.rows() {
-		if _, err := fmt.Fprintf(w, "| %s |\n", strings.Join(t.cells(r), " | ")); err != nil {
-			return err
-		}
-	}
-	return nil
+	return WriteMarkdown(w, t.header(), mapRows(t.rows(), t.cells), 0)
 }
 
 // Legend explains the table.

@@ -374,30 +374,53 @@ func (t *Table) Legend() string {
 
 // WriteText writes the table aligned in columns.
 func (t *Table) WriteText(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, strings.Join(t.header(), "\t")+"\t")
-	for _, r := range t.Rows {
-		fmt.Fprintln(tw, strings.Join(t.cells(r), "\t")+"\t")
-	}
-	return tw.Flush()
+	return WriteText(w, t.header(), mapRows(t.Rows, t.cells))
 }
 
 // WriteMarkdown writes the table as GitHub markdown.
 func (t *Table) WriteMarkdown(w io.Writer) error {
 	h := t.header()
-	fmt.Fprintf(w, "| %s |\n", strings.Join(h, " | "))
-	sep := make([]string, len(h))
+	return WriteMarkdown(w, h, mapRows(t.Rows, t.cells), 0, len(h)-1)
+}
+
+// WriteText writes header and rows of cells aligned in columns, numbers
+// to the right: the text form of every table the benchmarks print.
+func WriteText(w io.Writer, header []string, rows [][]string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.Join(header, "\t")+"\t")
+	for _, cells := range rows {
+		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+	}
+	return tw.Flush()
+}
+
+// WriteMarkdown writes header and rows as GitHub markdown, columns aligned
+// right except those listed in left.
+func WriteMarkdown(w io.Writer, header []string, rows [][]string, left ...int) error {
+	fmt.Fprintf(w, "| %s |\n", strings.Join(header, " | "))
+	sep := make([]string, len(header))
 	for i := range sep {
 		sep[i] = "---:"
 	}
-	sep[0], sep[len(sep)-1] = "---", "---"
+	for _, i := range left {
+		sep[i] = "---"
+	}
 	fmt.Fprintf(w, "|%s|\n", strings.Join(sep, "|"))
-	for _, r := range t.Rows {
-		if _, err := fmt.Fprintf(w, "| %s |\n", strings.Join(t.cells(r), " | ")); err != nil {
+	for _, cells := range rows {
+		if _, err := fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | ")); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// mapRows turns each row into its cells.
+func mapRows[R any](rows []R, cells func(R) []string) [][]string {
+	out := make([][]string, len(rows))
+	for i, r := range rows {
+		out[i] = cells(r)
+	}
+	return out
 }
 
 // Spread lists, one line per row, the implementations whose runs differ by

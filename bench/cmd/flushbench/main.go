@@ -45,7 +45,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/cmfs-project/cmfs/bench"
@@ -764,29 +763,20 @@ func micros(d time.Duration) string {
 }
 
 func (t *table) WriteText(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, strings.Join(t.header(), "\t")+"\t")
-	for _, a := range alternatives {
-		fmt.Fprintln(tw, strings.Join(t.cells(a), "\t")+"\t")
-	}
-	return tw.Flush()
+	return bench.WriteText(w, t.header(), t.allCells())
 }
 
 func (t *table) WriteMarkdown(w io.Writer) error {
-	h := t.header()
-	fmt.Fprintf(w, "| %s |\n", strings.Join(h, " | "))
-	sep := make([]string, len(h))
-	for i := range sep {
-		sep[i] = "---:"
-	}
-	sep[0] = "---"
-	fmt.Fprintf(w, "|%s|\n", strings.Join(sep, "|"))
+	return bench.WriteMarkdown(w, t.header(), t.allCells(), 0)
+}
+
+// allCells is every alternative's row of cells.
+func (t *table) allCells() [][]string {
+	var rows [][]string
 	for _, a := range alternatives {
-		if _, err := fmt.Fprintf(w, "| %s |\n", strings.Join(t.cells(a), " | ")); err != nil {
-			return err
-		}
+		rows = append(rows, t.cells(a))
 	}
-	return nil
+	return rows
 }
 
 func (t *table) legend() string {
