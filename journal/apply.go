@@ -168,20 +168,7 @@ func (l *Log) applyAll() error {
 func (l *Log) apply(from uint64, recs [][]byte) error {
 	l.applyMu.Lock()
 	defer l.applyMu.Unlock()
-	err := l.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(eventsBucket)
-		// Keys only ever grow: fill pages completely.
-		b.FillPercent = 1.0
-		var key [keyLen]byte
-		for i, v := range recs {
-			putKey(key[:], from+uint64(i))
-			if err := b.Put(key[:], v); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := l.put(from, recs); err != nil {
 		// A transaction that failed may still have committed (its meta
 		// page written, the sync failed): bbolt says where it stands.
 		var last uint64
@@ -198,6 +185,23 @@ func (l *Log) apply(from uint64, recs [][]byte) error {
 	hit(fpApplied)
 	l.advance(from + uint64(len(recs)) - 1)
 	return nil
+}
+
+// put stores recs, events from on, in one bbolt transaction.
+func (l *Log) put(from uint64, recs [][]byte) error {
+	return l.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(eventsBucket)
+		// Keys only ever grow: fill pages completely.
+		b.FillPercent = 1.0
+		var key [keyLen]byte
+		for i, v := range recs {
+			putKey(key[:], from+uint64(i))
+			if err := b.Put(key[:], v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // advance records that bbolt holds every event through id.

@@ -347,20 +347,7 @@ func (l *Log) recoverWAL(base uint64) (uint64, error) {
 		l.applied.Store(base)
 		l.pageSize = l.db.Info().PageSize
 		for i := 0; i < keep; i += applyChunk {
-			chunk := events[i:min(keep, i+applyChunk)]
-			err := l.db.Update(func(tx *bolt.Tx) error {
-				b := tx.Bucket(eventsBucket)
-				b.FillPercent = 1.0
-				var key [keyLen]byte
-				for j, v := range chunk {
-					putKey(key[:], first+uint64(i+j))
-					if err := b.Put(key[:], v); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
+			if err := l.put(first+uint64(i), events[i:min(keep, i+applyChunk)]); err != nil {
 				w.close()
 				return 0, fmt.Errorf("apply the WAL: %w", err)
 			}
