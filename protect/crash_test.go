@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/internal/failpoint"
@@ -385,4 +387,64 @@ func treeViolations(t *testing.T, h *harness, evs []journal.Event) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestCrashIntervalRecoversRepeatedChange: under --sync=interval the
+// journal's newest durable id lags what it has written, so an intent
+// must date itself by the newest id written: dated by the durable one,
+// recovery of an unlink cut short finds the previous unlink of the same
+// path (written since, not yet flushed) and takes it for this one's
+// event, and the path's last word stays the content made in between.
+// (CI: TestKillShellWriters/interval, the rm-and-recreate loop.)
+func TestCrashIntervalRecoversRepeatedChange(t *testing.T) {
+	backing := filepath.Join(t.TempDir(), "backing")
+	jopts := journal.Options{NoSync: true, Sync: journal.SyncInterval, Interval: time.Hour}
+	h := openHarnessJournal(t, backing, jopts, nil)
+	const rel = "k.db/t/p=1/part-4"
+	mkdirs(t, h, path.Dir(rel))
+	for _, data := range []string{"c-1\n", "d-1\n"} {
+		if err := h.write(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, data); err != nil {
+			t.Fatal(err)
+		}
+		if data == "d-1\n" {
+			break
+		}
+		if err := h.core.Unlink(ctx, rel, Use{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	point := failpointName(journal.Delete, stepPreserved)
+	hit := false
+	reset := failpoint.Set(func(name string) {
+		if name == point && !hit {
+			hit = true
+			h.die(name)
+		}
+	})
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				if _, ok := r.(crashed); !ok {
+					panic(r)
+				}
+			}
+		}()
+		h.core.Unlink(ctx, rel, Use{})
+	}()
+	reset()
+	if !hit {
+		t.Fatalf("unlink never reached %s", point)
+	}
+	h.buried()
+
+	h = openHarnessJournal(t, backing, jopts, nil)
+	if h.recovered.Journaled != 1 {
+		t.Errorf("recovery %+v: want the cut-short unlink journaled", h.recovered)
+	}
+	h.close(t) // flushes the interval: the events become readable
+	h = openHarness(t, backing)
+	defer h.close(t)
+	if bad := treeViolations(t, h, h.events(t)); len(bad) > 0 {
+		t.Errorf("after recovery:\n%s", strings.Join(bad, "\n"))
+	}
 }
