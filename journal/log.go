@@ -685,6 +685,18 @@ func (l *Log) Last() uint64 {
 	return l.last.Load()
 }
 
+// Written returns the id of the newest event written to the WAL, durable
+// or not yet (SyncInterval; a group whose flush is under way): an event
+// appended from now on gets a larger id. (Not quite always: a group whose
+// flush failed is taken back and its ids are given again, to the events
+// that were not at fault.) A read-only Log returns Last.
+func (l *Log) Written() uint64 {
+	if l.db == nil {
+		return l.Last()
+	}
+	return max(l.written.Load(), l.last.Load())
+}
+
 // Range calls fn for every event with from <= id <= to in id order; to == 0
 // means up to the newest when Range starts. fn returning an error stops the
 // walk and Range returns that error. fn runs outside any transaction and

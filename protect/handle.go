@@ -524,7 +524,7 @@ func (h *Handle) Flush(ctx context.Context, rel string, live bool) error {
 	}
 	h.unjournaled = false
 	h.orig, h.last, h.synced = nil, statState(cur), true
-	h.intent = intent{After: c.log.Last(), Type: journal.Write, Path: rel, Base: sum}
+	h.intent = intent{After: c.log.Written(), Type: journal.Write, Path: rel, Base: sum}
 	c.inflight.update(h.slot, &h.intent)
 	return nil
 }
@@ -544,7 +544,7 @@ func (h *Handle) settle(rel string, orig *preserved, sum string) {
 		return
 	}
 	h.orig, h.last, h.synced = nil, statState(&st), true
-	h.intent = intent{After: h.c.log.Last(), Type: journal.Write, Path: rel, Base: sum}
+	h.intent = intent{After: h.c.log.Written(), Type: journal.Write, Path: rel, Base: sum}
 	h.c.inflight.update(h.slot, &h.intent)
 }
 

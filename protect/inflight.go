@@ -37,8 +37,11 @@ const slotSize = 16 << 10 // two paths of PATH_MAX and the rest, as JSON
 
 // intent is a change under way: what to journal if it took effect.
 type intent struct {
-	// After is the journal's last id when the change began (or when a
-	// write handle last journaled): an event for it can only come later.
+	// After is the newest id the journal had written when the change
+	// began (or when a write handle last journaled): an event for it can
+	// only come later. Written, not durable: under --sync=interval an
+	// earlier change of the same path may be written and not yet
+	// flushed, and its event must not pass for this one's.
 	After   uint64       `json:"after"`
 	Type    journal.Type `json:"type"`
 	Path    string       `json:"path"`
@@ -250,7 +253,7 @@ func (c *Core) record(in *intent) (slot int, done func(), err error) {
 		return -1, func() {}, nil
 	}
 	// in keeps After: the caller rewrites the slot from it (intendOrig).
-	in.After = c.log.Last()
+	in.After = c.log.Written()
 	if slot, err = c.inflight.begin(in); err != nil {
 		return -1, nil, err
 	}
