@@ -1,8 +1,8 @@
 package integration
 
 import (
+	"bytes"
 	"fmt"
-	"github.com/cmfs-project/cmfs/internal/wait"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmfs-project/cmfs/internal/statedir"
+	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -201,4 +203,49 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// TestPowerLossMovedBeforeFlush: under --sync=interval what an event
+// names is flushed up to an interval after the change. A file written,
+// closed and renamed within the interval holds, after the flush and a
+// power loss, what the journal says it holds at its new name.
+func TestPowerLossMovedBeforeFlush(t *testing.T) {
+	l := mountLazy(t)
+	backing := filepath.Join(l.Mountpoint(), "backing")
+	if err := os.Mkdir(backing, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(statedir.TestBootIDEnv, "moved-before-flush-boot-0")
+	m := mountAt(t, backing, "--sync=interval:1s")
+	if err := os.MkdirAll(m.path("m.db/t/p=1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("staged, then moved\n"), 300)
+	writeFile(t, m.path("m.db/t/p=1/part.tmp"), data)
+	if err := os.Rename(m.path("m.db/t/p=1/part.tmp"), m.path("m.db/t/p=1/part-0")); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "the rename's event to be flushed", func() bool {
+		evs := events(t, m.State)
+		return len(evs) > 0 && evs[len(evs)-1].Type == journal.Rename
+	})
+	acked := events(t, m.State)
+
+	for _, pid := range daemonPIDs(m.Mnt) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	wait.For(t, 10*time.Second, "the killed daemon to exit", func() bool { return len(daemonPIDs(m.Mnt)) == 0 })
+	forceUnmount(t, m.Mnt)
+	wait.For(t, 10*time.Second, "dead mount to go", func() bool { return !isMounted(m.Mnt) })
+	m.NoCheck = true
+	crashLazy(t, l)
+	t.Setenv(statedir.TestBootIDEnv, "moved-before-flush-boot-1")
+
+	m2 := mountAt(t, backing, "--sync=interval:1s")
+	wantContent(t, m2.backing("m.db/t/p=1/part-0"), data)
+	broken := lostEvents(acked, events(t, m2.State))
+	broken = append(broken, journalTreeViolations(t, backing, m2.State)...)
+	if len(broken) > 0 {
+		t.Errorf("after the power loss:\n  %s", strings.Join(broken, "\n  "))
+	}
 }

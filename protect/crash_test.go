@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -446,5 +448,67 @@ func TestCrashIntervalRecoversRepeatedChange(t *testing.T) {
 	defer h.close(t)
 	if bad := treeViolations(t, h, h.events(t)); len(bad) > 0 {
 		t.Errorf("after recovery:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// TestIntervalFlushFollowsTheInode: under --sync=interval what an event
+// names is flushed after its operation returned, when later changes may
+// have moved it. The flush that makes a close's event durable must reach
+// the file's data even though a rename took its name away first (here at
+// the very moment: the rename's change is made, its own event not yet
+// written, when the interval's flush runs). Flushed by name, the data
+// was never synced while the event was already durable: a power loss then
+// left the event naming content that was nowhere.
+func TestIntervalFlushFollowsTheInode(t *testing.T) {
+	backing := filepath.Join(t.TempDir(), "backing")
+	jopts := journal.Options{NoSync: true, Sync: journal.SyncInterval, Interval: 200 * time.Millisecond}
+	h := openHarnessJournal(t, backing, jopts, nil)
+	defer h.close(t)
+	const dir = "m.db/t/p=1"
+	mkdirs(t, h, dir)
+	var mu sync.Mutex
+	synced := map[uint64]bool{}
+	syncedHook = func(ino uint64) {
+		mu.Lock()
+		synced[ino] = true
+		mu.Unlock()
+	}
+	defer func() { syncedHook = nil }()
+	if err := h.write(dir+"/part.tmp", os.O_WRONLY|os.O_CREATE, "staged, then moved\n"); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(backing, dir, "part.tmp"), &st); err != nil {
+		t.Fatal(err)
+	}
+	insert := h.log.Written()
+	point := failpointName(journal.Rename, stepApplied)
+	var flushed, hit bool
+	reset := failpoint.Set(func(name string) {
+		if name != point || hit {
+			return
+		}
+		hit = true
+		deadline := time.Now().Add(10 * time.Second)
+		for h.log.Last() < insert && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		mu.Lock()
+		flushed = synced[st.Ino]
+		mu.Unlock()
+	})
+	err := h.core.Rename(ctx, dir+"/part.tmp", dir+"/part-0", 0, Use{})
+	reset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hit {
+		t.Fatalf("rename never reached %s", point)
+	}
+	if h.log.Last() < insert {
+		t.Fatalf("the close's event %d was not flushed within 10 s", insert)
+	}
+	if !flushed {
+		t.Errorf("the close's event %d is durable, but the file's data was not flushed: its name was renamed away before the flush", insert)
 	}
 }

@@ -109,6 +109,10 @@ var syncs atomic.Uint64
 // cores have flushed.
 func Syncs() uint64 { return syncs.Load() }
 
+// syncedHook, when set (by tests), is told the inode of every file
+// flushed.
+var syncedHook func(ino uint64)
+
 // syncPath fdatasyncs the file (data) or fsyncs the directory at p.
 func syncPath(p string, data bool) error {
 	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC
@@ -134,6 +138,12 @@ func syncPath(p string, data bool) error {
 	}
 	if err != nil {
 		return &os.PathError{Op: "flush", Path: p, Err: err}
+	}
+	if hook := syncedHook; hook != nil && data {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil {
+			hook(st.Ino)
+		}
 	}
 	return nil
 }
