@@ -652,6 +652,34 @@ func (l *Log) AppendFlush(ctx context.Context, flush func() error, events ...*Ev
 	return err
 }
 
+// FlushTiming says when AppendFlush runs its flush.
+type FlushTiming int
+
+const (
+	// FlushBeforeReturn (SyncAlways): in the commit, before AppendFlush
+	// returns.
+	FlushBeforeReturn FlushTiming = iota
+	// FlushLater (SyncInterval): with the next background flush, after
+	// AppendFlush returned, when later changes may have renamed, replaced
+	// or removed what the events named: the flush must reach what they
+	// named when appended (hold it open), not what their paths name then.
+	FlushLater
+	// FlushNever (SyncInterval with Options.FlushAll): never; FlushAll
+	// makes everything durable instead.
+	FlushNever
+)
+
+// FlushTiming says when AppendFlush runs its flush.
+func (l *Log) FlushTiming() FlushTiming {
+	switch {
+	case l.opts.Sync != SyncInterval:
+		return FlushBeforeReturn
+	case l.opts.FlushAll != nil:
+		return FlushNever
+	}
+	return FlushLater
+}
+
 // Admit says whether the journal can take the events of a new change: it
 // fails with ErrNoSpace (wrapping ENOSPC) while the reserve is short — the
 // file system is full — so that the caller refuses the change before

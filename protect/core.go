@@ -341,9 +341,20 @@ func (c *Core) emit(ctx context.Context, events ...*journal.Event) error {
 	// What the events name is flushed by the journal's writer, at the
 	// same time as its own sync and in the same group: one wait for both.
 	// Should it fail, the events are not journaled.
-	named := c.named(events)
+	var pins *pinned
+	flushNamed := func() error { return nil }
+	switch c.log.FlushTiming() {
+	case journal.FlushBeforeReturn:
+		named := c.named(events)
+		flushNamed = func() error { return c.flush(named) }
+	case journal.FlushLater:
+		// Held open now: the flush reaches what the events name wherever
+		// later changes move it before the flush runs.
+		pins = c.named(events).pin()
+		flushNamed = pins.flush
+	}
 	flush := func() (err error) {
-		if err = c.flush(named); err != nil {
+		if err = flushNamed(); err != nil {
 			return err
 		}
 		// A test's crash at "flushed" panics here, in the journal's
@@ -357,6 +368,9 @@ func (c *Core) emit(ctx context.Context, events ...*journal.Event) error {
 		return nil
 	}
 	if err := c.log.AppendFlush(context.WithoutCancel(ctx), flush, events...); err != nil {
+		if pins != nil {
+			pins.close() // never queued: a failed append runs no flush later
+		}
 		if cr, ok := errors.AsType[*crashedAt](err); ok {
 			panic(cr.v)
 		}

@@ -72,13 +72,32 @@ func (c *Core) named(events []*journal.Event) durableSet {
 // later change, whose own event flushes what it names; a file cmfs cannot
 // open for reading is flushed through a write-only open where it may.
 func (c *Core) flush(d durableSet) error {
+	var tasks []func() error
+	d.each(func(p string, data bool) {
+		tasks = append(tasks, func() error { return syncPath(p, data) })
+	})
+	return runFlushes(tasks)
+}
+
+// each calls fn for every file (data true) and directory of d.
+func (d durableSet) each(fn func(p string, data bool)) {
+	for p := range d.files {
+		fn(p, true)
+	}
+	for p := range d.dirs {
+		fn(p, false)
+	}
+}
+
+// runFlushes runs tasks, flushWorkers at a time, and joins their errors.
+func runFlushes(tasks []func() error) error {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
 		work = make(chan func() error)
 	)
-	for range min(flushWorkers, len(d.files)+len(d.dirs)) {
+	for range min(flushWorkers, len(tasks)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -91,15 +110,74 @@ func (c *Core) flush(d durableSet) error {
 			}
 		}()
 	}
-	for p := range d.files {
-		work <- func() error { return syncPath(p, true) }
-	}
-	for p := range d.dirs {
-		work <- func() error { return syncPath(p, false) }
+	for _, fn := range tasks {
+		work <- fn
 	}
 	close(work)
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// pinned is a durableSet held open. Under --sync=interval what an event
+// names is flushed up to an interval after its operation returned
+// (journal.FlushLater), and by then a later change may have renamed the
+// file away or put another in its place, and its own event may not be in
+// that flush: flushed by name, the data the event means would be missed
+// while the event became durable. So each file and directory is opened
+// when the event is appended, and the flush reaches that inode wherever
+// it went. What is gone already was moved by a change whose own event
+// names it, and is left out, as flush leaves it out; what cannot be
+// opened now for another reason is flushed by name, and fails then.
+type pinned struct {
+	fds   []pinnedFD
+	names durableSet
+	once  sync.Once
+}
+
+type pinnedFD struct {
+	fd   int
+	data bool
+	path string
+}
+
+// pin opens what d names.
+func (d durableSet) pin() *pinned {
+	p := &pinned{}
+	d.each(func(path string, data bool) {
+		fd, err := openForSync(path, data)
+		switch {
+		case err == nil:
+			p.fds = append(p.fds, pinnedFD{fd, data, path})
+		case gone(err):
+		case data:
+			p.names.file(path)
+		default:
+			p.names.dir(path)
+		}
+	})
+	return p
+}
+
+// flush makes what p holds durable, and closes it.
+func (p *pinned) flush() error {
+	defer p.close()
+	var tasks []func() error
+	for _, f := range p.fds {
+		tasks = append(tasks, func() error { return syncFD(f.fd, f.data, f.path) })
+	}
+	p.names.each(func(path string, data bool) {
+		tasks = append(tasks, func() error { return syncPath(path, data) })
+	})
+	return runFlushes(tasks)
+}
+
+// close lets go of what p holds; a flush closes it too.
+func (p *pinned) close() {
+	p.once.Do(func() {
+		for _, f := range p.fds {
+			unix.Close(f.fd)
+		}
+	})
 }
 
 // syncs counts syncPath's fsyncs, for the mount's status.
@@ -115,6 +193,19 @@ var syncedHook func(ino uint64)
 
 // syncPath fdatasyncs the file (data) or fsyncs the directory at p.
 func syncPath(p string, data bool) error {
+	fd, err := openForSync(p, data)
+	if gone(err) {
+		return nil
+	}
+	if err != nil {
+		return &os.PathError{Op: "flush", Path: p, Err: err}
+	}
+	defer unix.Close(fd)
+	return syncFD(fd, data, p)
+}
+
+// openForSync opens the file or directory at p to flush it.
+func openForSync(p string, data bool) (int, error) {
 	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 	if !data {
 		flags |= unix.O_DIRECTORY
@@ -123,14 +214,20 @@ func syncPath(p string, data bool) error {
 	if errors.Is(err, syscall.EPERM) {
 		fd, err = unix.Open(p, flags, 0) // O_NOATIME needs ownership
 	}
-	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ELOOP) {
-		return nil
-	}
-	if err != nil {
-		return &os.PathError{Op: "flush", Path: p, Err: err}
-	}
-	defer unix.Close(fd)
+	return fd, err
+}
+
+// gone says whether opening a path to flush it failed because nothing
+// (or a symlink, which an event naming a file does not mean) is there.
+func gone(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ELOOP)
+}
+
+// syncFD fdatasyncs the file (data) or fsyncs the directory open as fd,
+// opened at p.
+func syncFD(fd int, data bool, p string) error {
 	syncs.Add(1)
+	var err error
 	if data {
 		err = unix.Fdatasync(fd)
 	} else {
