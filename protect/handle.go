@@ -68,6 +68,9 @@ type Handle struct {
 	write    bool
 	readable bool
 	excluded bool
+	// quiet: f was opened read-write and O_NOATIME for a write-only
+	// caller (quietly), and checksums read it.
+	quiet bool
 
 	mu sync.Mutex
 	// orig is the original copied at open, journaled with the first change.
@@ -103,28 +106,50 @@ func (c *Core) Create(ctx context.Context, rel string, flags, mode uint32, cl Ca
 	if err != nil {
 		return nil, err
 	}
+	o := handleOpts{write: true, excluded: ex, created: true}
+	done := func() {}
 	if !ex {
-		// Should the mount die between creating the file and registering
-		// its handle, the next mount journals the new file.
-		_, done, err := c.intend(&intent{Type: journal.Write, Path: rel})
-		if err != nil {
+		// The handle's intent, recorded before the file exists: should
+		// the mount die before the close journals the new file, the next
+		// mount does.
+		o.in = intent{Type: journal.Write, Path: rel}
+		if o.slot, done, err = c.intend(&o.in); err != nil {
 			return nil, err
 		}
-		defer done()
+		o.recorded = true
 	}
-	f, err := os.OpenFile(abs, int(flags)|os.O_CREATE|os.O_EXCL, fileMode(mode))
+	oflags, quiet := quietly(flags)
+	o.quiet = quiet && !ex
+	f, err := os.OpenFile(abs, oflags|os.O_CREATE|os.O_EXCL, fileMode(mode))
 	if err != nil {
+		done()
 		return nil, err
 	}
 	cl.own(abs)
 	// A new file is new content, even if it is never written to.
-	h, err := c.newHandle(f, rel, handleOpts{write: true, excluded: ex, created: true})
+	h, err := c.newHandle(f, rel, o)
 	if err != nil {
 		f.Close()
 		syscall.Unlink(abs)
+		done()
 		return nil, err
 	}
 	return h, nil
+}
+
+// quietly returns the open(2) flags, from a caller's flags, of a backing
+// file that cmfs makes for the caller and checksums at close: a caller's
+// write-only open becomes read-write and O_NOATIME, so that the checksum
+// reads the handle's own descriptor, leaving atime alone, instead of
+// opening the file again. The caller sees nothing of it: the kernel
+// refuses reads and mappings of its write-only handle before they reach
+// the backing file. quiet says the flags were changed. Only for a file
+// cmfs makes, which it owns as O_NOATIME requires.
+func quietly(flags uint32) (oflags int, quiet bool) {
+	if flags&syscall.O_ACCMODE != syscall.O_WRONLY {
+		return int(flags), false
+	}
+	return int(flags&^syscall.O_ACCMODE) | syscall.O_RDWR | syscall.O_NOATIME, true
 }
 
 // fileMode is the os.FileMode of the permission and set-id bits of mode:
@@ -211,6 +236,7 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 	defer done()
 	var f *os.File
 	var orig preserved
+	var quiet bool // f is a new inode, opened quietly
 	// undo puts the original back; if it cannot, the truncation is
 	// journaled later (keep).
 	var undo func() error
@@ -229,6 +255,7 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 			return nil, err
 		}
 		defer os.Remove(old)
+		_, quiet = quietly(flags)
 		unswap := swapped(id, f)
 		undo = func() error {
 			if err := unix.Renameat2(unix.AT_FDCWD, old, unix.AT_FDCWD, abs, unix.RENAME_EXCHANGE); err != nil {
@@ -267,7 +294,7 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 	}
 	// The truncation is journaled; should the handle's intent not be
 	// written, the open is refused and the truncation stays.
-	return c.opened(f, rel, handleOpts{write: true})
+	return c.opened(f, rel, handleOpts{write: true, quiet: quiet})
 }
 
 // handleOpts says what a new handle is for.
@@ -279,6 +306,14 @@ type handleOpts struct {
 	created bool
 	// orig is the original kept at open, journaled with the first change.
 	orig *preserved
+	// quiet: the file was opened read-write and O_NOATIME for a
+	// write-only caller (quietly).
+	quiet bool
+	// recorded: the open recorded the handle's intent, in, in slot
+	// already (Create); newHandle records one otherwise.
+	recorded bool
+	slot     int
+	in       intent
 }
 
 // opened is newHandle for an open: the file is closed on error.
@@ -316,15 +351,19 @@ func copying(u Use, self int) how {
 // cmfs: should the mount die before the close journals them, the next
 // mount looks); it fails when that cannot be recorded.
 func (c *Core) newHandle(f *os.File, rel string, o handleOpts) (*Handle, error) {
-	h := &Handle{c: c, f: f, write: o.write, excluded: o.excluded, orig: o.orig, slot: -1}
-	if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err == nil {
+	h := &Handle{c: c, f: f, write: o.write, excluded: o.excluded, orig: o.orig, slot: -1, quiet: o.quiet}
+	if o.quiet {
+		h.readable = true
+	} else if fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0); err == nil {
 		h.readable = fl&syscall.O_ACCMODE != syscall.O_WRONLY
 	}
 	var st syscall.Stat_t
 	if o.write && !o.created && syscall.Fstat(int(f.Fd()), &st) == nil {
 		h.last, h.synced = statState(&st), true
 	}
-	if o.write && !o.excluded {
+	if o.write && !o.excluded && o.recorded {
+		h.slot, h.intent = o.slot, o.in
+	} else if o.write && !o.excluded {
 		in := intent{Type: journal.Write, Path: rel}
 		switch {
 		case o.orig != nil:
@@ -524,8 +563,14 @@ func (h *Handle) Flush(ctx context.Context, rel string, live bool) error {
 	}
 	h.unjournaled = false
 	h.orig, h.last, h.synced = nil, statState(cur), true
+	prev := h.intent.Path
 	h.intent = intent{After: c.log.Written(), Type: journal.Write, Path: rel, Base: sum}
-	c.inflight.update(h.slot, &h.intent)
+	if rel != prev {
+		// The table keeps the intent of the open otherwise: the
+		// recovery it leads to finds this event, whose content is the
+		// file's unless written since, and journals only a difference.
+		c.inflight.update(h.slot, &h.intent)
+	}
 	return nil
 }
 
@@ -624,6 +669,9 @@ func (h *Handle) fsyncing() (sum bool, err error) {
 // (reading through the caller's own descriptor would touch atime, which
 // the caller may already have looked at).
 func (h *Handle) reader() (*os.File, func(), error) {
+	if h.quiet {
+		return h.f, func() {}, nil
+	}
 	// Not openNoAtime: /proc/self/fd/N is a link to follow.
 	proc := fmt.Sprintf("/proc/self/fd/%d", h.f.Fd())
 	src, err := os.OpenFile(proc, os.O_RDONLY|syscall.O_NOATIME, 0)
@@ -702,12 +750,13 @@ func (c *Core) tmpName(what string) string {
 }
 
 // replace puts a new, empty inode with st's mode and owner at abs and
-// returns it opened with flags. The old inode is no longer at abs: it is
+// returns it opened with flags (quietly). The old inode is no longer at abs: it is
 // at old, in the temporary directory, until the caller removes it — or
 // exchanges it back to undo the replacement.
 func (c *Core) replace(abs string, st *syscall.Stat_t, flags uint32) (f *os.File, old string, err error) {
 	tmp := c.tmpName("replace")
-	f, err = os.OpenFile(tmp, int(flags&^(syscall.O_TRUNC|syscall.O_APPEND))|os.O_CREATE|os.O_EXCL, 0o600)
+	oflags, _ := quietly(flags &^ (syscall.O_TRUNC | syscall.O_APPEND))
+	f, err = os.OpenFile(tmp, oflags|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, "", err
 	}
