@@ -267,9 +267,12 @@ func (c *Core) record(in *intent) (slot int, done func(), err error) {
 func (c *Core) intendOrig(slot int, in *intent, rel string, p preserved) error {
 	o := p.File
 	o.Path = rel
-	in.Orig = &o
-	if err := c.inflight.update(slot, in); err != nil {
-		return err
+	if in.Orig == nil || *in.Orig != o {
+		// Not the entry the intent named before (or none was).
+		in.Orig = &o
+		if err := c.inflight.update(slot, in); err != nil {
+			return err
+		}
 	}
 	hit(in.Type, stepPreserved)
 	return nil

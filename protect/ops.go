@@ -141,6 +141,14 @@ func (c *Core) Unlink(ctx context.Context, rel string, u Use) error {
 		return err
 	}
 	in := intent{Type: journal.Delete, Path: rel}
+	h := c.leaving(u, &st, byMove)
+	if isReg(&st) && h == byMove {
+		// The move is the unlink: the intent names its entry before it
+		// happens.
+		if sum, cur, err := c.sumPath(abs); err == nil {
+			in.Orig = &journal.File{Path: rel, Size: cur.Size, XXH64: sum, CM: cmroot.Name(sum, cur.Size)}
+		}
+	}
 	slot, done, err := c.intend(&in)
 	if err != nil {
 		return err
@@ -158,16 +166,6 @@ func (c *Core) Unlink(ctx context.Context, rel string, u Use) error {
 			return err
 		}
 		return nil
-	}
-	h := c.leaving(u, &st, byMove)
-	if h == byMove {
-		// The move is the unlink: name its entry before it happens.
-		if sum, cur, err := c.sumPath(abs); err == nil {
-			in.Orig = &journal.File{Path: rel, Size: cur.Size, XXH64: sum, CM: cmroot.Name(sum, cur.Size)}
-			if err := c.inflight.update(slot, &in); err != nil {
-				return err
-			}
-		}
 	}
 	orig, err := c.preserve(abs, h)
 	if err != nil {
