@@ -11,9 +11,11 @@ INTEGRATION := ./integration/...
 
 all: build
 
+# -buildvcs=auto: --version names the revision built, even where GOFLAGS
+# turns VCS stamping off.
 build:
-	$(GO) build -o bin/cmfs ./cmd/cmfs
-	$(GO) build -o bin/replicad ./cmd/replicad
+	$(GO) build -buildvcs=auto -o bin/cmfs ./cmd/cmfs
+	$(GO) build -buildvcs=auto -o bin/replicad ./cmd/replicad
 
 # Unit tests (no FUSE, no root) with the race detector, then the
 # integration tests: real mounts, real processes (bin/cmfs, bin/replicad:

@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -39,11 +41,51 @@ func Root(root *cobra.Command, stdout, stderr io.Writer) *cobra.Command {
 	root.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.CompletionOptions.DisableDefaultCmd = true
+	// --version, and "completion bash|zsh|fish|powershell" (cobra's).
+	root.Version = Version()
+	root.SetVersionTemplate("{{.Name}} version {{.Version}}\n")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		if !cmd.HasParent() {
+			// Run names the program already.
+			return fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())
+		}
 		return fmt.Errorf("%s: %w (see '%s --help')", cmd.Name(), err, cmd.CommandPath())
 	})
 	return root
+}
+
+// Version says which build is running, from what the Go toolchain
+// recorded in the binary: the module version (a release tag, or a
+// pseudo-version or "(devel)" for a build from a checkout), then the VCS
+// revision, its time and "modified" when the work tree had uncommitted
+// changes (a build with -buildvcs, which make build asks for), and the Go
+// version.
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown (no build information in the binary)"
+	}
+	return versionOf(bi)
+}
+
+func versionOf(bi *debug.BuildInfo) string {
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var extra []string
+	for _, s := range bi.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			extra = append([]string{"revision " + s.Value}, extra...)
+		case s.Key == "vcs.modified" && s.Value == "true":
+			extra = append(extra, "modified")
+		case s.Key == "vcs.time":
+			extra = append(extra, s.Value)
+		}
+	}
+	extra = append(extra, bi.GoVersion)
+	return v + " (" + strings.Join(extra, ", ") + ")"
 }
 
 // Run executes root with args and returns the process exit code: 0, the
