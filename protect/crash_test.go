@@ -100,6 +100,34 @@ func (h *harness) buried() {
 	h.log.Close()
 }
 
+// crashAt runs op with the harness dying at the failpoint point, and
+// buries it: the process is gone, as after kill -9. op must reach point.
+func (h *harness) crashAt(t *testing.T, point string, op func()) {
+	t.Helper()
+	hit := false
+	reset := failpoint.Set(func(name string) {
+		if name == point && !hit {
+			hit = true
+			h.die(name)
+		}
+	})
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				if _, ok := r.(crashed); !ok {
+					panic(r)
+				}
+			}
+		}()
+		op()
+	}()
+	reset()
+	if !hit {
+		t.Fatalf("never reached %s", point)
+	}
+	h.buried()
+}
+
 func (h *harness) events(t *testing.T) []journal.Event {
 	t.Helper()
 	var evs []journal.Event
@@ -404,40 +432,16 @@ func TestCrashIntervalRecoversRepeatedChange(t *testing.T) {
 	h := openHarnessJournal(t, backing, jopts, nil)
 	const rel = "k.db/t/p=1/part-4"
 	mkdirs(t, h, path.Dir(rel))
-	for _, data := range []string{"c-1\n", "d-1\n"} {
-		if err := h.write(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, data); err != nil {
-			t.Fatal(err)
-		}
-		if data == "d-1\n" {
-			break
-		}
-		if err := h.core.Unlink(ctx, rel, Use{}); err != nil {
-			t.Fatal(err)
-		}
+	if err := h.write(rel, os.O_WRONLY|os.O_CREATE, "c-1\n"); err != nil {
+		t.Fatal(err)
 	}
-	point := failpointName(journal.Delete, stepPreserved)
-	hit := false
-	reset := failpoint.Set(func(name string) {
-		if name == point && !hit {
-			hit = true
-			h.die(name)
-		}
-	})
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				if _, ok := r.(crashed); !ok {
-					panic(r)
-				}
-			}
-		}()
-		h.core.Unlink(ctx, rel, Use{})
-	}()
-	reset()
-	if !hit {
-		t.Fatalf("unlink never reached %s", point)
+	if err := h.core.Unlink(ctx, rel, Use{}); err != nil {
+		t.Fatal(err)
 	}
-	h.buried()
+	if err := h.write(rel, os.O_WRONLY|os.O_CREATE, "d-1\n"); err != nil {
+		t.Fatal(err)
+	}
+	h.crashAt(t, failpointName(journal.Delete, stepPreserved), func() { h.core.Unlink(ctx, rel, Use{}) })
 
 	h = openHarnessJournal(t, backing, jopts, nil)
 	if h.recovered.Journaled != 1 {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cmfs-project/cmfs/internal/failpoint"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -243,29 +242,7 @@ func TestReconcileAfterRecoveryInterval(t *testing.T) {
 	if err := h.write("d.db/t/p=1/f", os.O_WRONLY|os.O_CREATE, "f\n"); err != nil {
 		t.Fatal(err)
 	}
-	point := failpointName(journal.Delete, stepApplied)
-	hit := false
-	reset := failpoint.Set(func(name string) {
-		if name == point && !hit {
-			hit = true
-			h.die(name)
-		}
-	})
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				if _, ok := r.(crashed); !ok {
-					panic(r)
-				}
-			}
-		}()
-		h.core.Unlink(ctx, "d.db/t/p=1/f", Use{})
-	}()
-	reset()
-	if !hit {
-		t.Fatalf("unlink never reached %s", point)
-	}
-	h.buried()
+	h.crashAt(t, failpointName(journal.Delete, stepApplied), func() { h.core.Unlink(ctx, "d.db/t/p=1/f", Use{}) })
 
 	h = openHarnessJournal(t, backing, journal.Options{NoSync: true, Sync: journal.SyncInterval, Interval: time.Hour},
 		func(o *Options) { o.Reconcile = true })
