@@ -138,7 +138,7 @@ function renderContainers(c, node) {
     vols.map((v) => v.path + " (" + bytes(v.free_bytes) + " free of " + bytes(v.capacity_bytes) + ")").join(", "));
   counts("by-state", STATES, c.by_state);
   rows("container-list", c.list, (ct) => [
-    cell(ct.id, "num"), badge(ct.state), cell(ct.replication), cell(ct.replica_index, "num"),
+    cell(ct.id), badge(ct.state), cell(ct.replication), cell(ct.replica_index, "num"),
     cell(ct.blocks, "num"), cell(bytes(ct.bytes), "num"), cell(when(ct.created)),
   ], (ct) => ({ container: ct.id, state: ct.state }));
   omitted("containers-omitted", c.omitted, "containers");
@@ -151,7 +151,7 @@ function renderQueue(q) {
   text("queue-queued", String(q.queued));
   text("queue-limit", String(q.limit));
   rows("jobs", q.jobs, (j) => [
-    cell(j.container, "num"), cell(j.target), cell(j.mode), cell(j.priority, "num"),
+    cell(j.container), cell(j.target), cell(j.mode), cell(j.priority, "num"),
     badge(j.running ? "RUNNING" : "QUEUED"), cell(when(j.deadline)),
   ], (j) => ({ container: j.container, target: j.target }));
 }
@@ -175,7 +175,7 @@ function renderCluster(c, now) {
   ], (n) => ({ node: n.id, health: n.health }));
   counts("by-class", CLASSES, c.by_class);
   rows("cluster-containers", c.containers, (ct) => [
-    cell(ct.id, "num"), badge(ct.class), cell(ct.replication), cell(ct.state), cell(bytes(ct.bytes), "num"),
+    cell(ct.id), badge(ct.class), cell(ct.replication), cell(ct.state), cell(bytes(ct.bytes), "num"),
     cell(ct.replicas.map((r) => r.node + (r.index ? "[" + r.index + "]" : "") + ":" + r.state).join(" ")
       + (ct.reason ? " (" + ct.reason + ")" : "")),
   ], (ct) => ({ container: ct.id, class: ct.class }));
