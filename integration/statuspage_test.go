@@ -204,4 +204,22 @@ func TestStatusPage(t *testing.T) {
 	if ms.Warehouse != nil {
 		t.Errorf("the member serves no warehouse, yet its status.json has one: %s", mraw)
 	}
+
+	// A source alone (no --volume) has the warehouse part only.
+	src := startProc(t, replicadPath(t), "serve", "--state", m.State, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0")
+	var srcPage []string
+	wait.For(t, 15*time.Second, "the source alone to listen", func() bool {
+		srcPage = statusAddr.FindStringSubmatch(readFile2(src.stdout))
+		return srcPage != nil || src.exited()
+	})
+	if srcPage == nil {
+		t.Fatalf("serve --state --http: %s %s", readFile2(src.stdout), src.stderrNow())
+	}
+	ss, sraw := statusJSON(t, srcPage[1])
+	if w := ss.Warehouse; w == nil || w.LastEvent != s.Warehouse.LastEvent || len(w.Events) == 0 || w.Events[0].Path != "sales.db/orders/dt=1/part-0" {
+		t.Errorf("the source's status.json: want event %d on sales.db/orders/dt=1/part-0 first: %s", s.Warehouse.LastEvent, sraw)
+	}
+	if ss.Containers != nil || ss.Cluster != nil || ss.Warehouse.Ingest != nil {
+		t.Errorf("the source alone shows containers, a cluster or ingest: %s", sraw)
+	}
 }
