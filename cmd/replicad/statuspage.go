@@ -111,9 +111,11 @@ func (r *remoteCoordinator) call(ctx context.Context, fn func(c clusterpb.Coordi
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var err error
+	addr := ""
 	for range r.addrs {
+		addr = r.addrs[r.cur]
 		if r.client == nil {
-			if r.client, err = r.node.Dial(ctx, r.addrs[r.cur]); err != nil {
+			if r.client, err = r.node.Dial(ctx, addr); err != nil {
 				r.client = nil
 				r.cur = (r.cur + 1) % len(r.addrs)
 				continue
@@ -127,7 +129,7 @@ func (r *remoteCoordinator) call(ctx context.Context, fn func(c clusterpb.Coordi
 		r.client = nil
 		r.cur = (r.cur + 1) % len(r.addrs)
 	}
-	return fmt.Errorf("%s: %w", r.addrs[r.cur], err)
+	return fmt.Errorf("%s: %w", addr, err)
 }
 
 func (r *remoteCoordinator) Nodes(ctx context.Context, req *clusterpb.NodesRequest) (resp *clusterpb.NodesResponse, err error) {
