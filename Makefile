@@ -4,7 +4,7 @@ GO      ?= go
 GOPATH  := $(shell $(GO) env GOPATH)
 export PATH := $(PATH):$(GOPATH)/bin:/root/go/bin
 
-UNIT        := ./internal/... ./journal/... ./cmroot/... ./upkeep/... ./control/... ./protect/... ./fusefs/... ./slot/... ./repl/... ./source/... ./container/... ./peer/... ./ingest/... ./cluster/... ./cmd/... ./bench/...
+UNIT        := ./internal/... ./journal/... ./cmroot/... ./upkeep/... ./control/... ./protect/... ./fusefs/... ./slot/... ./repl/... ./source/... ./container/... ./peer/... ./ingest/... ./cluster/... ./statuspage/... ./cmd/... ./bench/...
 INTEGRATION := ./integration/...
 
 .PHONY: all build test unit check-deps integration bench bench-deps demo proto proto-deps vet fmt clean
@@ -28,7 +28,7 @@ unit: check-deps
 # The sidecar never imports the FUSE adapter (DESIGN: imports point
 # downward): every import edge into go-fuse among what it is built from
 # is printed, and any makes the check fail.
-SIDECAR := ./cmd/replicad ./source ./repl ./ingest ./peer
+SIDECAR := ./cmd/replicad ./source ./repl ./ingest ./peer ./statuspage
 
 check-deps:
 	@edges=$$($(GO) list -deps -f '{{$$p := .ImportPath}}{{range .Imports}}{{$$p}} imports {{.}}{{"\n"}}{{end}}' $(SIDECAR) | grep ' imports github.com/hanwen/go-fuse' | grep -v '^github.com/hanwen/go-fuse' | sort -u); \
