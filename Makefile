@@ -51,10 +51,10 @@ completions: build
 # dist/systemd/*.service and bin/mount.fuse.cmfs are installed when the
 # tree has them and skipped when it does not (scripts/install.sh).
 install: build man completions
-	PREFIX='$(PREFIX)' DESTDIR='$(DESTDIR)' ./scripts/install.sh install
+	PREFIX='$(PREFIX)' DESTDIR='$(DESTDIR)' bash scripts/install.sh install
 
 uninstall:
-	PREFIX='$(PREFIX)' DESTDIR='$(DESTDIR)' ./scripts/install.sh uninstall
+	PREFIX='$(PREFIX)' DESTDIR='$(DESTDIR)' bash scripts/install.sh uninstall
 
 # Unit tests (no FUSE, no root) with the race detector, then the
 # integration tests: real mounts, real processes (bin/cmfs, bin/replicad:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cmfs story, in a temporary directory, in about half a minute:
+# The cmfs story, in a temporary directory, in about 15 seconds:
 #
 #   1. a protected mount: overwrite and delete table files, drop a
 #      partition, read the journal, restore an original;
