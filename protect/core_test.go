@@ -7,11 +7,26 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cmfs-project/cmfs/internal/at"
 	"github.com/cmfs-project/cmfs/internal/pagecache"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 	"golang.org/x/sys/unix"
 )
+
+// abs is the backing path of rel, for tests that look at the tree beside
+// the core.
+func (c *Core) abs(rel string) string { return filepath.Join(c.backing, rel) }
+
+// openTree opens dir as a backing tree, closed when tb ends.
+func openTree(tb testing.TB, dir string) *at.Tree {
+	t, err := at.Open(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { t.Close() })
+	return t
+}
 
 func TestExcluded(t *testing.T) {
 	c := &Core{exclude: statedir.DefaultExcludes}

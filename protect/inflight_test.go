@@ -58,7 +58,7 @@ func TestRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cm.Close()
-	c := &Core{backing: backing, cm: cm, log: j}
+	c := &Core{backing: backing, fs: openTree(t, backing), cm: cm, log: j}
 
 	write := func(rel, content string) {
 		if err := os.WriteFile(filepath.Join(backing, rel), []byte(content), 0o644); err != nil {
