@@ -96,12 +96,13 @@ func TestRenameEventTypes(t *testing.T) {
 }
 
 func TestSumCache(t *testing.T) {
-	c := &Core{}
-	p := filepath.Join(t.TempDir(), "f")
+	dir := t.TempDir()
+	c := &Core{fs: openTree(t, dir)}
+	p := filepath.Join(dir, "f")
 	if err := os.WriteFile(p, []byte("hello"), 0644); err != nil {
 		t.Fatal(err)
 	}
-	sum, st, err := c.sumPath(p)
+	sum, st, err := c.sumPath("f")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestSumCache(t *testing.T) {
 	if err := os.WriteFile(p, []byte("hello, world"), 0644); err != nil {
 		t.Fatal(err)
 	}
-	sum2, st2, err := c.sumPath(p)
+	sum2, st2, err := c.sumPath("f")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,8 @@ func TestHashLargeAndTruncated(t *testing.T) {
 // (a close after random writes, recovery) leaves it uncached.
 func TestChecksumLeavesCacheAsFound(t *testing.T) {
 	const size = 8 << 20
-	p := filepath.Join(t.TempDir(), "cold")
+	dir := t.TempDir()
+	p := filepath.Join(dir, "cold")
 	if err := os.WriteFile(p, bytes.Repeat([]byte("checksummed once\n"), size/17+1)[:size], 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -176,8 +178,8 @@ func TestChecksumLeavesCacheAsFound(t *testing.T) {
 	if n, err := pagecache.Resident(f, size); err != nil || n > size/16 {
 		t.Skipf("the filesystem keeps %d bytes cached after FADV_DONTNEED (%v)", n, err)
 	}
-	c := &Core{}
-	if _, _, err := c.sumPath(p); err != nil {
+	c := &Core{fs: openTree(t, dir)}
+	if _, _, err := c.sumPath("cold"); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := pagecache.Resident(f, size); err != nil || n > size/16 {

@@ -73,10 +73,14 @@ type Loc struct {
 // Loc resolves rel to a directory descriptor and a name in it. The
 // caller must Close it.
 func (t *Tree) Loc(rel string) (Loc, error) {
-	if rel == "" {
+	switch {
+	case rel == "":
 		return Loc{Dir: t.fd, Name: "."}, nil
-	}
-	if len(rel) < pathMax {
+	case rel[0] == '/':
+		// The *at call would ignore the descriptor: a caller's mistake,
+		// never a path below the tree.
+		return Loc{}, &os.PathError{Op: "resolve", Path: rel, Err: unix.EINVAL}
+	case len(rel) < pathMax:
 		return Loc{Dir: t.fd, Name: rel}, nil
 	}
 	dir, own, rest := t.fd, false, rel
@@ -153,7 +157,10 @@ func (t *Tree) Lstat(rel string, st *syscall.Stat_t) error {
 }
 
 // fstatat is fstatat(2) into a syscall.Stat_t: the same kernel struct
-// stat as unix.Stat_t, declared twice.
+// stat as unix.Stat_t, declared twice. (The array below fails to compile
+// should their sizes ever differ.)
+var _ = [1]struct{}{}[unsafe.Sizeof(syscall.Stat_t{})-unsafe.Sizeof(unix.Stat_t{})]
+
 func fstatat(dir int, name string, st *syscall.Stat_t, flags int) error {
 	return unix.Fstatat(dir, name, (*unix.Stat_t)(unsafe.Pointer(st)), flags)
 }
