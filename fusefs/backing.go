@@ -120,13 +120,15 @@ func (n *node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut
 			return errno
 		}
 	} else {
-		rel, errno := n.relLive()
-		if errno != 0 {
-			return errno
-		}
 		var st syscall.Stat_t
-		if err := n.r.tree().Lstat(rel, &st); err != nil {
-			return gofs.ToErrno(err)
+		rel, live := n.rel()
+		switch {
+		case live:
+			if err := n.r.tree().Lstat(rel, &st); err != nil {
+				return gofs.ToErrno(err)
+			}
+		case !n.heldStat(&st):
+			return syscall.ENOENT
 		}
 		out.FromStat(&st)
 	}
@@ -140,13 +142,15 @@ func (n *node) Statx(ctx context.Context, f gofs.FileHandle, flags, mask uint32,
 			return errno
 		}
 	} else {
-		rel, errno := n.relLive()
-		if errno != 0 {
-			return errno
-		}
 		var x unix.Statx_t
-		if err := n.r.tree().Statx(rel, int(flags), int(mask), &x); err != nil {
-			return gofs.ToErrno(err)
+		rel, live := n.rel()
+		switch {
+		case live:
+			if err := n.r.tree().Statx(rel, int(flags), int(mask), &x); err != nil {
+				return gofs.ToErrno(err)
+			}
+		case !n.heldStatx(flags, mask, &x):
+			return syscall.ENOENT
 		}
 		out.FromStatx(&x)
 	}
@@ -236,6 +240,96 @@ func (n *node) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 		return nil, errno
 	}
 	return n.dirStream(rel)
+}
+
+// openDir opens the directory rel, the node's, for listing, and holds the
+// directory itself open (O_PATH) until the handle is released: fstat of an
+// open directory sends the daemon no handle, only the node, and once a
+// rename has put another directory at its name the node has no path left
+// (Getattr). The listing is read from the held directory, so both are the
+// same one.
+func (n *node) openDir(rel string) (gofs.FileHandle, uint32, syscall.Errno) {
+	n.heldMu.Lock()
+	defer n.heldMu.Unlock()
+	if n.holds == 0 {
+		fd, err := n.r.tree().OpenFD(rel, unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return nil, 0, gofs.ToErrno(err)
+		}
+		n.held = fd
+	}
+	fd, err := unix.Openat(n.held, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if n.holds == 0 {
+			unix.Close(n.held)
+		}
+		return nil, 0, gofs.ToErrno(err)
+	}
+	ds, errno := gofs.NewLoopbackDirStreamFd(fd)
+	if errno != 0 {
+		if n.holds == 0 {
+			unix.Close(n.held)
+		}
+		return nil, 0, errno
+	}
+	n.holds++
+	return &openDir{FileHandle: ds, n: n}, 0, 0
+}
+
+// heldStat is the attributes of the node's held directory, when it holds
+// one (openDir).
+func (n *node) heldStat(st *syscall.Stat_t) bool {
+	n.heldMu.Lock()
+	defer n.heldMu.Unlock()
+	return n.holds > 0 && syscall.Fstat(n.held, st) == nil
+}
+
+// heldStatx is heldStat by statx(2).
+func (n *node) heldStatx(flags, mask uint32, x *unix.Statx_t) bool {
+	n.heldMu.Lock()
+	defer n.heldMu.Unlock()
+	return n.holds > 0 && unix.Statx(n.held, "", unix.AT_EMPTY_PATH|int(flags), int(mask), x) == nil
+}
+
+// openDir is a directory handle: a loopback listing, and a hold on the
+// node's directory.
+type openDir struct {
+	gofs.FileHandle
+	n *node
+}
+
+var (
+	_ = (gofs.FileReaddirenter)((*openDir)(nil))
+	_ = (gofs.FileSeekdirer)((*openDir)(nil))
+	_ = (gofs.FileFsyncdirer)((*openDir)(nil))
+	_ = (gofs.FileIoctler)((*openDir)(nil))
+	_ = (gofs.FileReleasedirer)((*openDir)(nil))
+)
+
+func (d *openDir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	return d.FileHandle.(gofs.FileReaddirenter).Readdirent(ctx)
+}
+
+func (d *openDir) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	return d.FileHandle.(gofs.FileSeekdirer).Seekdir(ctx, off)
+}
+
+func (d *openDir) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
+	return d.FileHandle.(gofs.FileFsyncdirer).Fsyncdir(ctx, flags)
+}
+
+func (d *openDir) Ioctl(ctx context.Context, cmd uint32, arg uint64, input, output []byte) (int32, syscall.Errno) {
+	return d.FileHandle.(gofs.FileIoctler).Ioctl(ctx, cmd, arg, input, output)
+}
+
+func (d *openDir) Releasedir(ctx context.Context, flags uint32) {
+	d.FileHandle.(gofs.FileReleasedirer).Releasedir(ctx, flags)
+	n := d.n
+	n.heldMu.Lock()
+	defer n.heldMu.Unlock()
+	if n.holds--; n.holds == 0 {
+		unix.Close(n.held)
+	}
 }
 
 // Mknod makes special files (not journaled: nothing a replica carries),

@@ -24,6 +24,12 @@ type node struct {
 	writers int // of which opened for writing
 	direct  int // of which not passed through to the kernel (setid.go)
 
+	// held is the directory itself, open (O_PATH) while the node has
+	// directory handles open (holds of them): see openDir.
+	heldMu sync.Mutex
+	held   int
+	holds  int
+
 	// swapped is the backing inode number now behind this node when cmfs
 	// replaced the inode at its path (O_TRUNC, truncate to 0): the node
 	// keeps its identity, so the kernel and go-fuse keep one node per
@@ -143,8 +149,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 		return nil, 0, syscall.ENOENT
 	}
 	if !n.r.core.HidesIn(dir) {
-		ds, errno := n.dirStream(dir)
-		return ds, 0, errno
+		return n.openDir(dir)
 	}
 	entries, err := n.r.tree().ReadDir(dir)
 	if err != nil {
