@@ -1,0 +1,179 @@
+package integration
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cmfs-project/cmfs/internal/statedir"
+)
+
+// The daemons under a service manager: a unixgram socket the test makes
+// stands in for systemd's NOTIFY_SOCKET, and the daemons are real
+// processes (cmfs mount in the foreground, as cmfs@.service runs it;
+// replicad serve, as replicad.service does).
+
+// fuseSuperMagic is statfs's f_type of a FUSE file system.
+const fuseSuperMagic = 0x65735546
+
+// notifySocket is a fake service manager's notify socket and the
+// datagrams it received, in order.
+type notifySocket struct {
+	path string
+	got  chan string
+}
+
+func newNotifySocket(t testing.TB) *notifySocket {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &notifySocket{path: path, got: make(chan string, 10000)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64<<10)
+		for {
+			k, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			n.got <- string(buf[:k])
+		}
+	}()
+	t.Cleanup(func() { conn.Close(); <-done })
+	return n
+}
+
+// env is what a daemon needs to notify this socket.
+func (n *notifySocket) env(extra ...string) []string {
+	return append([]string{"NOTIFY_SOCKET=" + n.path}, extra...)
+}
+
+// until returns the datagrams received up to and including the first
+// that assigns line (such as READY=1), failing t after timeout, or at
+// once if p exits first.
+func (n *notifySocket) until(t testing.TB, p *proc, timeout time.Duration, line string) []string {
+	t.Helper()
+	var seen []string
+	deadline := time.After(timeout)
+	for {
+		select {
+		case d := <-n.got:
+			seen = append(seen, d)
+			if slices.Contains(strings.Split(d, "\n"), line) {
+				return seen
+			}
+		case <-p.done:
+			// What it sent before it exited is still queued.
+			for len(n.got) > 0 {
+				d := <-n.got
+				seen = append(seen, d)
+				if slices.Contains(strings.Split(d, "\n"), line) {
+					return seen
+				}
+			}
+			t.Fatalf("%s exited before sending %s (sent %q): %v", p.name, line, seen, p.res)
+			return nil
+		case <-deadline:
+			t.Fatalf("%s: no %s within %v (sent %q); stderr: %s", p.name, line, timeout, seen, p.stderrNow())
+			return nil
+		}
+	}
+}
+
+// assigns says whether any datagram assigns line.
+func assigns(datagrams []string, line string) bool {
+	for _, d := range datagrams {
+		if slices.Contains(strings.Split(d, "\n"), line) {
+			return true
+		}
+	}
+	return false
+}
+
+// notifyStatus returns the STATUS= value a datagram sets, "" if none.
+func notifyStatus(d string) string {
+	for _, l := range strings.Split(d, "\n") {
+		if s, ok := strings.CutPrefix(l, "STATUS="); ok {
+			return s
+		}
+	}
+	return ""
+}
+
+// TestSystemdMount runs `cmfs mount` in the foreground with a notify
+// socket, as cmfs@.service does: READY=1 comes only once the mount
+// answers through FUSE (checked the moment it arrives), WATCHDOG=1 comes
+// while the mount answers, and SIGTERM (systemctl stop) brings STOPPING=1
+// and a clean unmount and exit 0.
+func TestSystemdMount(t *testing.T) {
+	requireFUSE(t)
+	backing := filepath.Join(t.TempDir(), "backing")
+	writeFile(t, filepath.Join(backing, "hello"), []byte("hello"))
+	mp := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := &mounted{Backing: backing, Mnt: mp, State: filepath.Join(backing, ".cmfs")}
+	m.CMRoot = filepath.Join(m.State, "cmroot")
+	live.Store(mp, true)
+	t.Cleanup(func() { m.unmountAndCheck(t) })
+
+	sock := newNotifySocket(t)
+	// 400ms: a ping every 200ms.
+	p := startProcEnv(t, sock.env("WATCHDOG_USEC=400000"), cmfsBin, "mount", backing, mp)
+	before := sock.until(t, p, 30*time.Second, "READY=1")
+	// The first thing done once READY arrives: the mount must answer.
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(mp, &st); err != nil {
+		t.Fatalf("statfs %s at READY=1: %v", mp, err)
+	}
+	if st.Type != fuseSuperMagic {
+		t.Fatalf("at READY=1 %s is not a FUSE mount yet (f_type %#x)", mp, st.Type)
+	}
+	if got := string(readFile(t, filepath.Join(mp, "hello"))); got != "hello" {
+		t.Fatalf("at READY=1 %s/hello reads %q", mp, got)
+	}
+	ready := before[len(before)-1]
+	if s := notifyStatus(ready); !strings.Contains(s, mp) {
+		t.Errorf("READY=1 came with STATUS=%q; want it to name the mountpoint %s", s, mp)
+	}
+	if assigns(before[:len(before)-1], "WATCHDOG=1") {
+		t.Errorf("WATCHDOG=1 before READY=1: %q", before)
+	}
+
+	for range 2 {
+		sock.until(t, p, 5*time.Second, "WATCHDOG=1")
+	}
+	writeFile(t, m.path("after-ready"), []byte("journaled"))
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sock.until(t, p, 10*time.Second, "STOPPING=1")
+	if res := p.wait(t, 30*time.Second); res.Code != 0 {
+		t.Fatalf("cmfs mount after SIGTERM: %v", res)
+	}
+	if isMounted(mp) {
+		t.Fatalf("%s still mounted after cmfs mount exited", mp)
+	}
+	rec, err := statedir.ReadRecord(m.State)
+	if err != nil || !rec.Clean {
+		t.Errorf("mount record after SIGTERM: %+v, %v; want a clean stop", rec, err)
+	}
+	found := false
+	for _, ev := range events(t, m.State) {
+		found = found || ev.Path == "after-ready"
+	}
+	if !found {
+		t.Error("the write after READY=1 was not journaled")
+	}
+}
