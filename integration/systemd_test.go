@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +13,8 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/internal/statedir"
+	"github.com/cmfs-project/cmfs/internal/tlsconfig/tlstest"
+	"github.com/cmfs-project/cmfs/source"
 )
 
 // The daemons under a service manager: a unixgram socket the test makes
@@ -175,5 +179,84 @@ func TestSystemdMount(t *testing.T) {
 	}
 	if !found {
 		t.Error("the write after READY=1 was not journaled")
+	}
+}
+
+// TestSystemdServe runs `replicad serve` with a notify socket and a
+// watchdog, as replicad.service does, for a warehouse (--state), a node
+// (--volume) and a node over mutual TLS whose allow-list names itself:
+// READY=1 comes once it has said where it listens and a call to it
+// works, WATCHDOG=1 keeps coming, and SIGTERM brings STOPPING=1 and exit
+// 0.
+func TestSystemdServe(t *testing.T) {
+	requireFUSE(t)
+	bin := replicadPath(t)
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "cmfs-test-ca")
+	caFile := ca.WriteCert(t, dir)
+	admin := tlsFlags(ca.Issue(t, dir, "admin"), caFile)
+	for _, tc := range []struct {
+		name string
+		args func(t *testing.T) []string
+		// call makes a call of the service at addr.
+		call func(t *testing.T, addr string) error
+	}{
+		{"warehouse", func(t *testing.T) []string {
+			m := mount(t)
+			writeFile(t, m.path("f"), []byte("x"))
+			return []string{"--state", m.State}
+		}, func(t *testing.T, addr string) error {
+			c, err := source.Dial(context.Background(), addr, source.WithToken(testToken(t)))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Status(context.Background())
+			return err
+		}},
+		{"node", func(t *testing.T) []string {
+			return []string{"--node-id", "n1", "--volume", filepath.Join(t.TempDir(), "v")}
+		}, func(t *testing.T, addr string) error {
+			if res := replicad(t, "container", "list", "--server", addr); res.Code != 0 {
+				return errors.New(res.String())
+			}
+			return nil
+		}},
+		{"node over TLS", func(t *testing.T) []string {
+			return append(tlsFlags(ca.Issue(t, dir, "n1"), caFile), "--tls-allow", "n1,admin",
+				"--node-id", "n1", "--volume", filepath.Join(t.TempDir(), "v"))
+		}, func(t *testing.T, addr string) error {
+			if res := replicad(t, append([]string{"container", "list", "--server", addr}, admin...)...); res.Code != 0 {
+				return errors.New(res.String())
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sock := newNotifySocket(t)
+			args := append([]string{"serve", "--listen", "127.0.0.1:0"}, tc.args(t)...)
+			p := startProcEnv(t, sock.env("WATCHDOG_USEC=400000"), bin, args...)
+			before := sock.until(t, p, 30*time.Second, "READY=1")
+			line := listeningLine.FindStringSubmatch(string(readFile(t, p.stdout)))
+			if line == nil {
+				t.Fatalf("READY=1 before the \"listening on\" line; stdout: %q", readFile(t, p.stdout))
+			}
+			if err := tc.call(t, line[1]); err != nil {
+				t.Fatalf("at READY=1, a call to %s: %v", line[1], err)
+			}
+			if s := notifyStatus(before[len(before)-1]); !strings.Contains(s, line[1]) {
+				t.Errorf("READY=1 came with STATUS=%q; want it to name the address %s", s, line[1])
+			}
+			for range 3 {
+				sock.until(t, p, 5*time.Second, "WATCHDOG=1")
+			}
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			sock.until(t, p, 10*time.Second, "STOPPING=1")
+			if res := p.wait(t, 30*time.Second); res.Code != 0 {
+				t.Fatalf("replicad serve after SIGTERM: %v", res)
+			}
+		})
 	}
 }
