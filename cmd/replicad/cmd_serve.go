@@ -306,6 +306,7 @@ func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error
 	if err != nil {
 		return err
 	}
+	hs := registerHealth(srv)
 	// source decides what is loopback: Dial refuses the same addresses
 	// ListenAndServe does, without connecting. A refused address goes
 	// through ListenAndServe for its message; an allowed one is listened
@@ -339,7 +340,18 @@ func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error
 		defer cancel()
 		metrics = fmt.Sprintf(", metrics http://%s/metrics", metricsrv.Serve(ctx, &wg, mlis, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	}
-	fmt.Fprintf(g.stdout, "listening on %s (warehouse %s, state %s, source %s, token %s%s)\n", lis.Addr(), cfg.Backing, cfg.State, cfg.SourceID, tokenFile, metrics)
+	listening := fmt.Sprintf("listening on %s (warehouse %s, state %s, source %s, token %s%s)", lis.Addr(), cfg.Backing, cfg.State, cfg.SourceID, tokenFile, metrics)
+	fmt.Fprintln(g.stdout, listening)
+	probe, err := selfProbe(lis.Addr(), tlsconfig.Config{}, token)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	notifyService(ctx, &wg, probe, hs, listening, logger)
 	return srv.Serve(ctx, lis)
 }
 
@@ -429,6 +441,7 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 	if err != nil {
 		return err
 	}
+	hs := registerHealth(node)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -502,11 +515,17 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 		}
 		desc = append(desc, cdesc)
 	}
-	fmt.Fprintf(g.stdout, "listening on %s (%s)\n", lis.Addr(), strings.Join(desc, "; "))
+	listening := fmt.Sprintf("listening on %s (%s)", lis.Addr(), strings.Join(desc, "; "))
+	fmt.Fprintln(g.stdout, listening)
 	if !tc.Enabled() {
 		logger.Warn("no TLS (--tls-cert, --tls-key, --tls-ca): serving and dialing loopback addresses only, to clients that give --token-file",
 			slog.String("token_file", tokenFile))
 	}
+	probe, err := selfProbe(lis.Addr(), tc, token)
+	if err != nil {
+		return err
+	}
+	notifyService(ctx, &wg, probe, hs, listening, logger)
 	err = node.Serve(ctx, lis)
 	cancel()
 	return err
