@@ -16,6 +16,7 @@ all: build
 build:
 	$(GO) build -buildvcs=auto -o bin/cmfs ./cmd/cmfs
 	$(GO) build -buildvcs=auto -o bin/replicad ./cmd/replicad
+	$(GO) build -buildvcs=auto -o bin/mount.fuse.cmfs ./cmd/mount.fuse.cmfs
 
 # Unit tests (no FUSE, no root) with the race detector, then the
 # integration tests: real mounts, real processes (bin/cmfs, bin/replicad:
