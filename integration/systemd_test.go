@@ -3,16 +3,22 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cmfs-project/cmfs/internal/procfs"
 	"github.com/cmfs-project/cmfs/internal/statedir"
+	"github.com/cmfs-project/cmfs/internal/wait"
+	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig/tlstest"
 	"github.com/cmfs-project/cmfs/source"
 )
@@ -259,4 +265,213 @@ func TestSystemdServe(t *testing.T) {
 			}
 		})
 	}
+}
+
+var (
+	helperOnce sync.Once
+	helperBin  string
+	helperErr  error
+)
+
+// mountHelperPath builds ./cmd/mount.fuse.cmfs once per run, next to
+// cmfsBin: the helper runs the cmfs beside it.
+func mountHelperPath(t testing.TB) string {
+	t.Helper()
+	requireFUSE(t)
+	helperOnce.Do(func() {
+		bin := filepath.Join(filepath.Dir(cmfsBin), "mount.fuse.cmfs")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/mount.fuse.cmfs")
+		build.Dir = moduleRoot
+		if out, err := build.CombinedOutput(); err != nil {
+			helperErr = fmt.Errorf("go build ./cmd/mount.fuse.cmfs: %v\n%s", err, out)
+			return
+		}
+		helperBin = bin
+	})
+	if helperErr != nil {
+		t.Fatal(helperErr)
+	}
+	return helperBin
+}
+
+// sbinHelper is where mount(8) looks for the helper of type fuse.cmfs:
+// it searches /sbin only.
+const sbinHelper = "/sbin/mount.fuse.cmfs"
+
+// installMountHelper links /sbin/mount.fuse.cmfs to the helper this run
+// built, for the test's length: cleanup removes the link if it is still
+// the one made here. An existing helper is not replaced: the test skips.
+// Needs root (requireFUSE has checked).
+func installMountHelper(t *testing.T) {
+	t.Helper()
+	bin := mountHelperPath(t)
+	// A link an earlier run left (killed before its cleanup) points into
+	// a binary directory of that run, gone since: it is replaced.
+	if target, err := os.Readlink(sbinHelper); err == nil && strings.HasPrefix(filepath.Base(filepath.Dir(target)), binDirPrefix) {
+		if _, err := os.Stat(target); errors.Is(err, os.ErrNotExist) {
+			os.Remove(sbinHelper)
+		}
+	}
+	if _, err := os.Lstat(sbinHelper); err == nil {
+		t.Skipf("%s exists (an installed cmfs?): not replacing it to test the one built here", sbinHelper)
+	}
+	if err := os.Symlink(bin, sbinHelper); err != nil {
+		t.Fatalf("install the helper: %v", err)
+	}
+	t.Cleanup(func() {
+		if target, err := os.Readlink(sbinHelper); err == nil && target == bin {
+			if err := os.Remove(sbinHelper); err != nil {
+				t.Errorf("remove %s: %v", sbinHelper, err)
+			}
+		}
+	})
+}
+
+// TestMountHelper mounts with mount(8) itself: `mount -t fuse.cmfs` and
+// an fstab line (`mount --fstab FILE`, util-linux's alternative fstab,
+// so /etc/fstab is never touched). mount(8) runs only helpers in /sbin,
+// so the test links the helper it built there for its length (see
+// installMountHelper: root only, removed in cleanup, never replacing an
+// installed one). Each round trip: mount(8) returns once the mount
+// answers, a write through it is journaled (cmfs events), `umount MNT`
+// unmounts, and the mount process then exits having stopped cleanly. It
+// is not this test's child, so its exit is judged by what it leaves: the
+// mount record's clean flag (set only on a clean exit, after the journal
+// and cmroot closed) and a log without errors.
+func TestMountHelper(t *testing.T) {
+	requireFUSE(t)
+	installMountHelper(t)
+
+	// prepare makes a backing directory with a file and a mountpoint, and
+	// registers the cleanup every mount of the tests gets.
+	prepare := func(t *testing.T, state string) *mounted {
+		backing := filepath.Join(t.TempDir(), "backing")
+		writeFile(t, filepath.Join(backing, "hello"), []byte("hello"))
+		mp := filepath.Join(t.TempDir(), "mnt")
+		if err := os.Mkdir(mp, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		m := &mounted{Backing: backing, Mnt: mp, State: filepath.Join(backing, ".cmfs")}
+		if state != "" {
+			m.State = state
+		}
+		m.CMRoot = filepath.Join(m.State, "cmroot")
+		live.Store(mp, true)
+		t.Cleanup(func() { m.unmountAndCheck(t) })
+		return m
+	}
+	// roundTrip checks a mount mount(8) just made, and unmounts it with
+	// umount(8).
+	roundTrip := func(t *testing.T, m *mounted, retain string) {
+		t.Helper()
+		// mount(8) has returned: the mount must answer now, not soon.
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(m.Mnt, &st); err != nil || st.Type != fuseSuperMagic {
+			t.Fatalf("after mount(8) returned, statfs %s: f_type %#x, %v; want a FUSE mount", m.Mnt, st.Type, err)
+		}
+		if got := string(readFile(t, m.path("hello"))); got != "hello" {
+			t.Fatalf("hello reads %q through the mount", got)
+		}
+		rec, err := statedir.ReadRecord(m.State)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Retain != retain || rec.Mountpoint != m.Mnt {
+			t.Errorf("mount record %+v; want retain %s at %s", rec, retain, m.Mnt)
+		}
+		writeFile(t, m.path("written"), []byte("through mount(8)'s mount"))
+		// Under sync=interval readers see an event once it is flushed.
+		if !wait.Until(5*time.Second, func() bool {
+			return slices.ContainsFunc(events(t, m.State), func(ev journal.Event) bool { return ev.Path == "written" })
+		}) {
+			t.Error("the write through the mount is not journaled")
+		}
+
+		if res := runTool(t, 30*time.Second, "umount", m.Mnt); res.Code != 0 {
+			t.Fatalf("umount %s: %v", m.Mnt, res)
+		}
+		if isMounted(m.Mnt) {
+			t.Fatalf("%s still mounted after umount", m.Mnt)
+		}
+		var pids []int
+		if !wait.Until(15*time.Second, func() bool { pids = daemonPIDs(m.Mnt); return len(pids) == 0 }) {
+			t.Fatalf("cmfs %v still running 15s after umount", pids)
+		}
+		if rec, err := statedir.ReadRecord(m.State); err != nil || !rec.Clean {
+			t.Errorf("after umount the mount record says %+v, %v; want a clean stop", rec, err)
+		}
+		if log := string(readFile(t, filepath.Join(m.State, statedir.LogFile))); strings.Contains(log, "level=ERROR") {
+			t.Errorf("the mount process logged errors:\n%s", log)
+		}
+	}
+
+	t.Run("mount -t fuse.cmfs", func(t *testing.T) {
+		m := prepare(t, "")
+		res := runTool(t, 60*time.Second, "mount", "-t", "fuse.cmfs", m.Backing, m.Mnt,
+			"-o", "retain=2h,allow_other,nofail,_netdev,sync=interval:20ms")
+		if res.Code != 0 {
+			t.Fatalf("mount -t fuse.cmfs: %v", res)
+		}
+		if mnt, ok := findMountInfo(m.Mnt); !ok || !strings.Contains(mnt.Options, "nosuid") {
+			t.Errorf("mountinfo %+v; want nosuid (mount(8)'s user-safe default for FUSE)", mnt)
+		}
+		roundTrip(t, m, "2h0m0s")
+	})
+
+	t.Run("fstab", func(t *testing.T) {
+		state := filepath.Join(t.TempDir(), "state")
+		m := prepare(t, state)
+		fstab := filepath.Join(t.TempDir(), "fstab")
+		line := fmt.Sprintf("%s %s fuse.cmfs defaults,noauto,nofail,_netdev,x-systemd.requires-mounts-for=/,state=%s,retain=3h,exclude=_tmp*,allow_other 0 0\n",
+			m.Backing, m.Mnt, state)
+		writeFile(t, fstab, []byte("# a comment\n"+line))
+		if res := runTool(t, 60*time.Second, "mount", "--fstab", fstab, m.Mnt); res.Code != 0 {
+			t.Fatalf("mount --fstab with %q: %v", line, res)
+		}
+		if _, err := os.Stat(filepath.Join(state, "journal.db")); err != nil {
+			t.Errorf("state= not honoured: %v", err)
+		}
+		roundTrip(t, m, "3h0m0s")
+	})
+
+	t.Run("refusals", func(t *testing.T) {
+		m := prepare(t, "")
+		m.NoCheck = true // never mounted
+		for _, tc := range []struct {
+			name, opts, want string
+		}{
+			{"unknown option", "retain=1h,bogus", `mount.fuse.cmfs: unknown option "bogus"`},
+			{"read-only", "ro", "mount.fuse.cmfs: option ro: cmfs mounts read-write only"},
+			{"cmfs's own refusal", "retain=-1h", "--retain -1h0m0s: must be positive"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				res := runTool(t, 60*time.Second, "mount", "-t", "fuse.cmfs", m.Backing, m.Mnt, "-o", tc.opts)
+				if res.Code == 0 {
+					t.Fatalf("mount -o %s succeeded", tc.opts)
+				}
+				if !strings.Contains(res.Stderr, tc.want) || strings.Count(strings.TrimSpace(res.Stderr), "\n") != 0 {
+					t.Errorf("mount -o %s: stderr %q; want one line containing %q", tc.opts, res.Stderr, tc.want)
+				}
+				if isMounted(m.Mnt) {
+					t.Errorf("mount -o %s: mounted anyway", tc.opts)
+				}
+			})
+		}
+	})
+}
+
+// findMountInfo returns the mountinfo entry at mp.
+func findMountInfo(mp string) (procfs.Mount, bool) {
+	ms, err := procfs.Mounts()
+	if err != nil {
+		return procfs.Mount{}, false
+	}
+	var found procfs.Mount
+	ok := false
+	for _, m := range ms {
+		if m.Point == mp {
+			found, ok = m, true
+		}
+	}
+	return found, ok
 }
