@@ -17,9 +17,9 @@ import (
 
 	"github.com/cmfs-project/cmfs/internal/procfs"
 	"github.com/cmfs-project/cmfs/internal/statedir"
+	"github.com/cmfs-project/cmfs/internal/tlsconfig/tlstest"
 	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/journal"
-	"github.com/cmfs-project/cmfs/internal/tlsconfig/tlstest"
 	"github.com/cmfs-project/cmfs/source"
 )
 
