@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -474,4 +475,86 @@ func findMountInfo(mp string) (procfs.Mount, bool) {
 		}
 	}
 	return found, ok
+}
+
+// TestUnitFiles checks dist/systemd's units with systemd-analyze verify,
+// in a root of its own: the host's unit directory (for the targets the
+// units name), the units, and the binaries this run built where
+// systemd's search path finds a bare ExecStart name. Any output (an
+// unknown key, a bad value) fails it. Without systemd-analyze it skips,
+// and fails under CI (.ci/run installs systemd).
+func TestUnitFiles(t *testing.T) {
+	requireFUSE(t)
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("systemd-analyze is missing (Debian: apt-get install systemd; .ci/run installs it)")
+		}
+		t.Skip("systemd-analyze is missing (Debian: apt-get install systemd)")
+	}
+	const hostUnits = "/usr/lib/systemd/system"
+	if _, err := os.Stat(filepath.Join(hostUnits, "multi-user.target")); err != nil {
+		t.Skipf("no %s/multi-user.target to verify against: %v", hostUnits, err)
+	}
+	root := t.TempDir()
+	copyTree(t, hostUnits, filepath.Join(root, hostUnits))
+	units := filepath.Join(root, "etc/systemd/system")
+	dist := filepath.Join(moduleRoot, "dist", "systemd")
+	for _, name := range []string{"cmfs@.service", "replicad.service"} {
+		copyFile(t, filepath.Join(dist, name), filepath.Join(units, name), 0o644)
+	}
+	for _, bin := range []string{cmfsBin, replicadPath(t)} {
+		copyFile(t, bin, filepath.Join(root, "usr/bin", filepath.Base(bin)), 0o755)
+	}
+	res := runTool(t, time.Minute, analyze, "verify", "--root="+root, "cmfs@mnt-warehouse.service", "replicad.service")
+	if res.Code != 0 || strings.TrimSpace(res.Stdout+res.Stderr) != "" {
+		t.Errorf("systemd-analyze verify: %v", res)
+	}
+}
+
+// copyFile copies src to dst (its directory made) with mode.
+func copyFile(t testing.TB, src, dst string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// copyTree copies the directory src to dst, symlinks as they are.
+func copyTree(t testing.TB, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, to)
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(to, b, 0o644)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("copy %s: %v", src, err)
+	}
 }
