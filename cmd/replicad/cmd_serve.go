@@ -152,7 +152,14 @@ container replication metrics.
 
 Once it listens it prints "listening on ADDR (...)" (the actual address:
 with port 0, the one picked; the token file clients give) and serves until SIGINT or SIGTERM, then
-closes the open container and exits 0.`,
+closes the open container and exits 0.
+
+Beside its own services it serves the standard gRPC health service, behind
+the same credentials. Under systemd (Type=notify: NOTIFY_SOCKET set) it
+reports READY=1 once a health check through its own listener, made with
+its own credential, succeeds (with --tls-allow, list the node's own name),
+WATCHDOG=1 after each later check with WatchdogSec=, and STOPPING=1 as it
+stops.`,
 		Example: `  replicad serve --state /data/warehouse/.cmfs
   replicad serve --backing /data/warehouse --listen 127.0.0.1:9860
   replicad serve --listen 127.0.0.1:9870 --node-id dn1 --volume /disk1/replicad --volume /disk2/replicad
