@@ -123,69 +123,81 @@ func notifyStatus(d string) string {
 // TestSystemdMount runs `cmfs mount` in the foreground with a notify
 // socket, as cmfs@.service does: READY=1 comes only once the mount
 // answers through FUSE (checked the moment it arrives), WATCHDOG=1 comes
-// while the mount answers, and SIGTERM (systemctl stop) brings STOPPING=1
-// and a clean unmount and exit 0.
+// while the mount answers, and SIGTERM (systemctl stop), or an unmount
+// from outside, brings STOPPING=1 and a clean stop with exit 0.
 func TestSystemdMount(t *testing.T) {
 	requireFUSE(t)
-	backing := filepath.Join(t.TempDir(), "backing")
-	writeFile(t, filepath.Join(backing, "hello"), []byte("hello"))
-	mp := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(mp, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	m := &mounted{Backing: backing, Mnt: mp, State: filepath.Join(backing, ".cmfs")}
-	m.CMRoot = filepath.Join(m.State, "cmroot")
-	live.Store(mp, true)
-	t.Cleanup(func() { m.unmountAndCheck(t) })
+	for _, tc := range []struct {
+		name string
+		stop func(t *testing.T, p *proc, m *mounted)
+	}{
+		{"SIGTERM", func(t *testing.T, p *proc, m *mounted) {
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"umount", func(t *testing.T, p *proc, m *mounted) {
+			if res := runTool(t, 30*time.Second, "umount", m.Mnt); res.Code != 0 {
+				t.Fatalf("umount %s: %v", m.Mnt, res)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			backing := filepath.Join(t.TempDir(), "backing")
+			writeFile(t, filepath.Join(backing, "hello"), []byte("hello"))
+			mp := filepath.Join(t.TempDir(), "mnt")
+			if err := os.Mkdir(mp, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			m := &mounted{Backing: backing, Mnt: mp, State: filepath.Join(backing, ".cmfs")}
+			m.CMRoot = filepath.Join(m.State, "cmroot")
+			live.Store(mp, true)
+			t.Cleanup(func() { m.unmountAndCheck(t) })
 
-	sock := newNotifySocket(t)
-	// 400ms: a ping every 200ms.
-	p := startProcEnv(t, sock.env("WATCHDOG_USEC=400000"), cmfsBin, "mount", backing, mp)
-	before := sock.until(t, p, 30*time.Second, "READY=1")
-	// The first thing done once READY arrives: the mount must answer.
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(mp, &st); err != nil {
-		t.Fatalf("statfs %s at READY=1: %v", mp, err)
-	}
-	if st.Type != fuseSuperMagic {
-		t.Fatalf("at READY=1 %s is not a FUSE mount yet (f_type %#x)", mp, st.Type)
-	}
-	if got := string(readFile(t, filepath.Join(mp, "hello"))); got != "hello" {
-		t.Fatalf("at READY=1 %s/hello reads %q", mp, got)
-	}
-	ready := before[len(before)-1]
-	if s := notifyStatus(ready); !strings.Contains(s, mp) {
-		t.Errorf("READY=1 came with STATUS=%q; want it to name the mountpoint %s", s, mp)
-	}
-	if assigns(before[:len(before)-1], "WATCHDOG=1") {
-		t.Errorf("WATCHDOG=1 before READY=1: %q", before)
-	}
+			sock := newNotifySocket(t)
+			// 400ms: a ping every 200ms.
+			p := startProcEnv(t, sock.env("WATCHDOG_USEC=400000"), cmfsBin, "mount", backing, mp)
+			before := sock.until(t, p, 30*time.Second, "READY=1")
+			// The first thing done once READY arrives: the mount must answer.
+			var st syscall.Statfs_t
+			if err := syscall.Statfs(mp, &st); err != nil {
+				t.Fatalf("statfs %s at READY=1: %v", mp, err)
+			}
+			if st.Type != fuseSuperMagic {
+				t.Fatalf("at READY=1 %s is not a FUSE mount yet (f_type %#x)", mp, st.Type)
+			}
+			if got := string(readFile(t, filepath.Join(mp, "hello"))); got != "hello" {
+				t.Fatalf("at READY=1 %s/hello reads %q", mp, got)
+			}
+			ready := before[len(before)-1]
+			if s := notifyStatus(ready); !strings.Contains(s, mp) {
+				t.Errorf("READY=1 came with STATUS=%q; want it to name the mountpoint %s", s, mp)
+			}
+			if assigns(before[:len(before)-1], "WATCHDOG=1") {
+				t.Errorf("WATCHDOG=1 before READY=1: %q", before)
+			}
 
-	for range 2 {
-		sock.until(t, p, 5*time.Second, "WATCHDOG=1")
-	}
-	writeFile(t, m.path("after-ready"), []byte("journaled"))
+			for range 2 {
+				sock.until(t, p, 5*time.Second, "WATCHDOG=1")
+			}
+			writeFile(t, m.path("after-ready"), []byte("journaled"))
 
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	sock.until(t, p, 10*time.Second, "STOPPING=1")
-	if res := p.wait(t, 30*time.Second); res.Code != 0 {
-		t.Fatalf("cmfs mount after SIGTERM: %v", res)
-	}
-	if isMounted(mp) {
-		t.Fatalf("%s still mounted after cmfs mount exited", mp)
-	}
-	rec, err := statedir.ReadRecord(m.State)
-	if err != nil || !rec.Clean {
-		t.Errorf("mount record after SIGTERM: %+v, %v; want a clean stop", rec, err)
-	}
-	found := false
-	for _, ev := range events(t, m.State) {
-		found = found || ev.Path == "after-ready"
-	}
-	if !found {
-		t.Error("the write after READY=1 was not journaled")
+			tc.stop(t, p, m)
+			sock.until(t, p, 10*time.Second, "STOPPING=1")
+			if res := p.wait(t, 30*time.Second); res.Code != 0 {
+				t.Fatalf("cmfs mount after the stop: %v", res)
+			}
+			if isMounted(mp) {
+				t.Fatalf("%s still mounted after cmfs mount exited", mp)
+			}
+			rec, err := statedir.ReadRecord(m.State)
+			if err != nil || !rec.Clean {
+				t.Errorf("mount record after the stop: %+v, %v; want a clean stop", rec, err)
+			}
+			if !slices.ContainsFunc(events(t, m.State), func(ev journal.Event) bool { return ev.Path == "after-ready" }) {
+				t.Error("the write after READY=1 was not journaled")
+			}
+		})
 	}
 }
 

@@ -418,6 +418,9 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 	// (the kernel always asks the daemon) finds it, from this process as a
 	// unit ordered after this one would.
 	probe := answerProbe{mnt: plan.mountpoint}
+	// The watchdog stops as the unmount begins: a busy mount, detached,
+	// answers no statfs while it waits for its open files.
+	stopWatchdog := func() {}
 	if systemd.Enabled() {
 		actx, cancel := context.WithTimeout(ctx, answerTimeout)
 		err := probe.answers(actx)
@@ -429,7 +432,8 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 		if err := systemd.Ready(fmt.Sprintf("mounted %s on %s (state %s)", cfg.Backing, plan.mountpoint, cfg.State)); err != nil {
 			log.Warn("service manager", slog.Any("err", err))
 		}
-		wctx, stopWatchdog := context.WithCancel(context.Background())
+		wctx, cancel := context.WithCancel(context.Background())
+		stopWatchdog = cancel
 		wdDone := make(chan struct{})
 		go func() {
 			defer close(wdDone)
@@ -438,7 +442,7 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 			}
 		}()
 		defer func() {
-			stopWatchdog()
+			cancel()
 			<-wdDone
 		}()
 	}
@@ -459,11 +463,13 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 			// Unmounted from outside (umount, cmfs umount): a clean stop
 			// all the same.
 			if signalled != nil {
+				stopWatchdog()
 				notifyStopping(log, "unmounted; closing the journal and cmroot")
 			}
 			return nil
 		case <-signalled:
 			signalled = nil
+			stopWatchdog()
 			notifyStopping(log, "unmounting "+plan.mountpoint)
 			if err := server.Unmount(); err != nil {
 				if lazyUnmount(log, plan.mountpoint, err) {
