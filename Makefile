@@ -4,10 +4,10 @@ GO      ?= go
 GOPATH  := $(shell $(GO) env GOPATH)
 export PATH := $(PATH):$(GOPATH)/bin:/root/go/bin
 
-UNIT        := ./internal/... ./journal/... ./cmroot/... ./upkeep/... ./control/... ./protect/... ./fusefs/... ./slot/... ./repl/... ./source/... ./container/... ./peer/... ./ingest/... ./cluster/... ./cmd/... ./bench/...
+UNIT        := ./internal/... ./journal/... ./cmroot/... ./upkeep/... ./control/... ./protect/... ./fusefs/... ./slot/... ./repl/... ./source/... ./container/... ./peer/... ./ingest/... ./cluster/... ./statuspage/... ./cmd/... ./bench/...
 INTEGRATION := ./integration/...
 
-.PHONY: all build test unit check-deps integration bench bench-deps demo proto proto-deps vet fmt clean
+.PHONY: all build man completions install uninstall test unit check-deps integration bench bench-deps demo proto proto-deps vet fmt clean
 
 all: build
 
@@ -17,6 +17,45 @@ build:
 	$(GO) build -buildvcs=auto -o bin/cmfs ./cmd/cmfs
 	$(GO) build -buildvcs=auto -o bin/replicad ./cmd/replicad
 	$(GO) build -buildvcs=auto -o bin/mount.fuse.cmfs ./cmd/mount.fuse.cmfs
+
+# Where make install puts things: PREFIX/bin, PREFIX/share/man/man1,
+# PREFIX/share/{bash-completion,zsh,fish}/…, PREFIX/lib/systemd/system,
+# PREFIX/sbin (docs/architecture.md, "Installed files"). DESTDIR stages
+# the tree for a package; make uninstall (same PREFIX and DESTDIR) removes
+# exactly what the install's manifest lists.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+
+# The man pages are generated from the command trees (cobra's generator,
+# internal/cli/manpage) by builds with -tags mangen, so that the shipped
+# binaries do not carry it; dated by the last commit, so one revision
+# always makes the same pages. Both generated sets are remade on every
+# install: Go's build cache makes that a matter of seconds.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
+
+man: build
+	$(GO) build -buildvcs=auto -tags mangen -o bin/mangen/cmfs ./cmd/cmfs
+	$(GO) build -buildvcs=auto -tags mangen -o bin/mangen/replicad ./cmd/replicad
+	rm -rf bin/man
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) bin/mangen/cmfs man-pages bin/man
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) bin/mangen/replicad man-pages bin/man
+
+# Each binary's own completion command writes its scripts.
+completions: build
+	rm -rf bin/completion && mkdir -p bin/completion
+	for p in cmfs replicad; do \
+		bin/$$p completion bash >bin/completion/$$p.bash && \
+		bin/$$p completion zsh >bin/completion/_$$p && \
+		bin/$$p completion fish >bin/completion/$$p.fish || exit 1; \
+	done
+
+# dist/systemd/*.service and bin/mount.fuse.cmfs are installed when the
+# tree has them and skipped when it does not (scripts/install.sh).
+install: build man completions
+	PREFIX='$(PREFIX)' DESTDIR='$(DESTDIR)' bash scripts/install.sh install
+
+uninstall:
+	PREFIX='$(PREFIX)' DESTDIR='$(DESTDIR)' bash scripts/install.sh uninstall
 
 # Unit tests (no FUSE, no root) with the race detector, then the
 # integration tests: real mounts, real processes (bin/cmfs, bin/replicad:
@@ -29,7 +68,7 @@ unit: check-deps
 # The sidecar never imports the FUSE adapter (DESIGN: imports point
 # downward): every import edge into go-fuse among what it is built from
 # is printed, and any makes the check fail.
-SIDECAR := ./cmd/replicad ./source ./repl ./ingest ./peer
+SIDECAR := ./cmd/replicad ./source ./repl ./ingest ./peer ./statuspage
 
 check-deps:
 	@edges=$$($(GO) list -deps -f '{{$$p := .ImportPath}}{{range .Imports}}{{$$p}} imports {{.}}{{"\n"}}{{end}}' $(SIDECAR) | grep ' imports github.com/hanwen/go-fuse' | grep -v '^github.com/hanwen/go-fuse' | sort -u); \
@@ -82,8 +121,14 @@ bench-deps:
 		{ apt-get install -y -q fio >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q fio >/dev/null 2>&1; }; } || \
 		echo "bench-deps: fio could not be installed; cmfsbench reports its fio rows as n/a"
 
+# The whole story in a temporary directory, in a quarter of a minute: a
+# protected mount, a replica dumped, loaded and followed, a container
+# replicated between two nodes, a three-node cluster healing a copy of a
+# node killed (scripts/demo.sh). It first installs what it needs and the
+# machine lacks (fuse3), as .ci/run does, from the same script.
 demo: build
-	./scripts/demo.sh
+	bash scripts/deps.sh demo
+	bash scripts/demo.sh
 
 # The generators at the versions the checked-in code was made with
 # (protoc-gen-go as go.mod pins google.golang.org/protobuf), and protoc

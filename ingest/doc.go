@@ -32,4 +32,5 @@
 //     closes, so the events that fed an open container are read again
 //     after a restart, and since the blocks that survived are found held,
 //     that replay costs an index lookup per file, not a copy.
+//     ReadProgress reads it without a Feed (the status page).
 package ingest

@@ -148,6 +148,32 @@ func New(cfg Config) (*Feed, error) {
 // Last returns the newest event ingested.
 func (f *Feed) Last() uint64 { return f.cur.Last }
 
+// Progress is what a cursor file records, as ReadProgress reads it.
+type Progress struct {
+	// Last is the newest event ingested; Durable the newest whose blocks
+	// are all in closed containers (a restart resumes after it).
+	Last, Durable uint64
+}
+
+// ReadProgress reads the cursor file at path without a Feed: what a Feed
+// running in another goroutine or process last recorded. A missing file
+// is no progress (zero, nil).
+//
+// Errors: the file's, or a damaged cursor.
+func ReadProgress(path string) (Progress, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Progress{}, nil
+	} else if err != nil {
+		return Progress{}, fmt.Errorf("ingest: cursor: %w", err)
+	}
+	var c cursor
+	if err := json.Unmarshal(b, &c); err != nil || c.Durable > c.Last {
+		return Progress{}, fmt.Errorf("ingest: cursor %s is damaged (%q)", path, b)
+	}
+	return Progress{Last: c.Last, Durable: c.Durable}, nil
+}
+
 // Step ingests the events after the last one ingested, at most
 // Config.Batch of them, closes the container if it has been idle, and
 // records the progress durably. It returns what it did; after an error,

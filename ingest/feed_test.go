@@ -281,6 +281,9 @@ func TestResumeAfterRestart(t *testing.T) {
 	if c := readCursor(t, w); c.Last != 2 || c.Durable != 2 {
 		t.Errorf("cursor %+v, want 2 and 2", c)
 	}
+	if p, err := ReadProgress(filepath.Join(w.state, "ingest.json")); err != nil || p != (Progress{Last: 2, Durable: 2}) {
+		t.Errorf("ReadProgress: %+v, %v, want 2 and 2", p, err)
+	}
 	c := []byte("c's content")
 	w.journal.add(journal.Write, "c", w.write("c", c))
 	w.restart()
@@ -418,6 +421,12 @@ func TestDamagedCursor(t *testing.T) {
 	_, err := New(Config{Store: w.store, Events: w.journal, Fetcher: &repl.LocalFetcher{}, Cursor: filepath.Join(w.state, "ingest.json")})
 	if err == nil || !strings.Contains(err.Error(), "damaged") {
 		t.Errorf("New with a damaged cursor: %v", err)
+	}
+	if _, err := ReadProgress(filepath.Join(w.state, "ingest.json")); err == nil || !strings.Contains(err.Error(), "damaged") {
+		t.Errorf("ReadProgress of a damaged cursor: %v", err)
+	}
+	if p, err := ReadProgress(filepath.Join(w.state, "none.json")); err != nil || p != (Progress{}) {
+		t.Errorf("ReadProgress of no cursor: %+v, %v, want zero", p, err)
 	}
 }
 

@@ -13,7 +13,12 @@
 //     target, slots, containers replicated between `replicad serve`
 //     nodes, with faults on the wire from an in-process toxiproxy and
 //     nodes in network namespaces of their own, and authentication
-//     (tokens, mutual TLS) refused and accepted.
+//     (tokens, mutual TLS) refused and accepted; the status page of
+//     `serve --http` as headless Chromium renders it (needs chromium,
+//     which CI must have);
+//   - operations: `make install` into a temporary PREFIX and `make
+//     uninstall` from it (TestMakeInstall, which needs no FUSE), and
+//     scripts/demo.sh, the story `make demo` tells (TestDemo).
 //
 // The tests need /dev/fuse and root: without them every test skips with
 // the reason, and with CI=true in the environment such a skip is a

@@ -167,6 +167,12 @@ func cmfs(t testing.TB, args ...string) result {
 
 func runTool(t testing.TB, timeout time.Duration, name string, args ...string) result {
 	t.Helper()
+	return runToolEnv(t, timeout, nil, name, args...)
+}
+
+// runToolEnv is runTool with env ("K=V") added to the environment.
+func runToolEnv(t testing.TB, timeout time.Duration, env []string, name string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	stdout, err := os.CreateTemp("", "cmfs-stdout-")
@@ -183,6 +189,9 @@ func runTool(t testing.TB, timeout time.Duration, name string, args ...string) r
 	defer stderr.Close()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	err = cmd.Run()
 	code := 0
 	var exit *exec.ExitError

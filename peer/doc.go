@@ -22,7 +22,8 @@
 // priority queue deduplicated by (container, target), with a concurrency
 // limit (doubled while the node is decommissioning), a deadline per task,
 // an optional bandwidth limit for everything the node sends, and
-// Prometheus metrics. A task runs in one of two modes:
+// Prometheus metrics; Jobs lists what is queued and running (for the
+// status page of `replicad serve --http`). A task runs in one of two modes:
 //
 //   - push (the default): the source exports the container's tarball
 //     straight into a Push stream to the target, which imports it. A

@@ -1,12 +1,14 @@
 package peer
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -129,9 +131,11 @@ type Job struct {
 	seq   uint64
 	index int // in the queue; -1 once out of it
 	timer *time.Timer
-	done  chan struct{}
-	res   Result
-	err   error
+	// started is when Run started it (guarded by s.mu); zero while queued.
+	started time.Time
+	done    chan struct{}
+	res     Result
+	err     error
 }
 
 // Task returns the job's task.
@@ -241,6 +245,46 @@ func (s *Supervisor) Len() (queued, running int) {
 	return len(s.queue), s.running
 }
 
+// JobStatus is a queued or running job as Jobs shows it.
+type JobStatus struct {
+	Task
+	// Running: started and not yet ended; otherwise queued.
+	Running bool
+	// Started is when it started running; zero while queued.
+	Started time.Time
+}
+
+// Jobs returns the jobs queued or running now: the running first, by
+// when they started, then the queue in the order it runs them (highest
+// priority first, then first come). Each is a copy: what it says may be
+// out of date as soon as it returns.
+func (s *Supervisor) Jobs() []JobStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	jobs := make([]*Job, 0, len(s.jobs))
+	for _, j := range s.jobs {
+		jobs = append(jobs, j)
+	}
+	slices.SortFunc(jobs, func(a, b *Job) int {
+		ra, rb := a.index < 0, b.index < 0
+		switch {
+		case ra != rb:
+			if ra {
+				return -1
+			}
+			return 1
+		case ra:
+			return cmp.Or(a.started.Compare(b.started), cmp.Compare(a.seq, b.seq))
+		}
+		return cmp.Or(cmp.Compare(b.task.Priority, a.task.Priority), cmp.Compare(a.seq, b.seq))
+	})
+	out := make([]JobStatus, len(jobs))
+	for i, j := range jobs {
+		out[i] = JobStatus{Task: j.task, Running: j.index < 0, Started: j.started}
+	}
+	return out
+}
+
 // Handler serves the metrics in the Prometheus exposition format: mount
 // it on /metrics.
 func (s *Supervisor) Handler() http.Handler {
@@ -268,6 +312,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		for s.running < s.limitLocked() && len(s.queue) > 0 {
 			j := heap.Pop(&s.queue).(*Job)
 			j.timer.Stop()
+			j.started = time.Now()
 			s.running++
 			wg.Add(1)
 			go func() {

@@ -168,6 +168,43 @@ func TestSupervisorPriority(t *testing.T) {
 	}
 }
 
+// TestSupervisorJobs: Jobs lists the running job first, then the queue in
+// the order it will run, a raised priority included.
+func TestSupervisorJobs(t *testing.T) {
+	g := newGated()
+	s := runSupervisor(t, Config{Concurrency: 1}, g.do)
+	first := s.Submit(Task{Container: 100, Target: "t:1"})
+	wait.For(t, 10*time.Second, "the first running", func() bool { _, r := s.Len(); return r == 1 })
+	for _, p := range []struct {
+		id  uint64
+		pri int
+	}{{1, 1}, {2, 5}, {3, 3}, {4, 5}} {
+		s.Submit(Task{Container: p.id, Target: "t:1", Priority: p.pri})
+	}
+	s.Submit(Task{Container: 1, Target: "t:1", Priority: 10})
+	var got []string
+	for _, j := range s.Jobs() {
+		st := "queued"
+		if j.Running {
+			st = "running"
+			if j.Started.IsZero() {
+				t.Errorf("job %d runs with no start time", j.Container)
+			}
+		} else if !j.Started.IsZero() {
+			t.Errorf("queued job %d has a start time", j.Container)
+		}
+		got = append(got, fmt.Sprintf("%d:%s:%d", j.Container, st, j.Priority))
+	}
+	if want := "[100:running:0 1:queued:10 2:queued:5 4:queued:5 3:queued:3]"; fmt.Sprint(got) != want {
+		t.Errorf("Jobs %v, want %s", got, want)
+	}
+	close(g.gate)
+	if _, err := first.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "every job done", func() bool { return len(s.Jobs()) == 0 })
+}
+
 func TestSupervisorDeadline(t *testing.T) {
 	g := newGated()
 	s := runSupervisor(t, Config{Concurrency: 1}, g.do)

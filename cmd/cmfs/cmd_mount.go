@@ -608,21 +608,20 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 	if err != nil {
 		return fmt.Errorf("daemon: %w", err)
 	}
+	// The child gets every option this process settled on, from the
+	// command line, the environment or a config file, as flags, which win
+	// over the same environment and file it inherits: --daemon=false
+	// above all, or a file that says daemon: true would fork it again.
 	cfg := plan.cfg
-	args := []string{"mount", "--state", cfg.State, "--cmroot", cfg.CMRoot, "--retain", cfg.Retain.String(),
-		"--journal-reserve", strconv.FormatInt(cfg.JournalReserve, 10), "--sync", journal.FormatSync(cfg.Sync, cfg.SyncInterval)}
+	args := []string{"mount", "--daemon=false", "--state", cfg.State, "--cmroot", cfg.CMRoot, "--retain", cfg.Retain.String(),
+		"--journal-reserve", strconv.FormatInt(cfg.JournalReserve, 10), "--sync", journal.FormatSync(cfg.Sync, cfg.SyncInterval),
+		"--no-default-excludes=" + strconv.FormatBool(opts.noDefaultExcludes), "--debug=" + strconv.FormatBool(opts.debug)}
 	args = append(args, opts.log.Args()...)
-	if opts.noDefaultExcludes {
-		args = append(args, "--no-default-excludes")
-	}
 	for _, x := range opts.exclude {
 		args = append(args, "--exclude", x)
 	}
 	for _, o := range opts.options {
 		args = append(args, "-o", o)
-	}
-	if opts.debug {
-		args = append(args, "--debug")
 	}
 	args = append(args, "--", cfg.Backing, plan.mountpoint)
 

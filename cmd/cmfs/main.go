@@ -45,8 +45,15 @@ directory, BACKING/.cmfs by default.`,
 		newStatusCmd(g),
 		newSlotsCmd(g),
 	)
+	for _, c := range extraCommands {
+		root.AddCommand(c())
+	}
 	return root
 }
+
+// extraCommands are added by files built only under a build tag: the
+// man page generator (man.go, -tags mangen), which never ships.
+var extraCommands []func() *cobra.Command
 
 // program is cmfs as cli runs it: tests run it in-process.
 var program = cli.Program{Name: "cmfs", Root: func(stdout, stderr io.Writer) *cobra.Command {

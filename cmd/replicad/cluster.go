@@ -42,11 +42,25 @@ func etcdEndpoints(s string) (endpoints []string, ok bool) {
 	return endpoints, true
 }
 
+// clusterRole is what startCluster started, for serve's "listening on"
+// line and its status page.
+type clusterRole struct {
+	desc string
+	// local is the coordinator this node runs alone (a --cluster-store
+	// file); nil for a member, and for an etcd coordinator, which may be
+	// standing by: the page asks join instead, itself among them.
+	local *coord.Service
+	// join are the coordinators the node heartbeats to.
+	join []string
+}
+
 // startCluster starts, on the node's server, the coordinator (with
 // --coordinator: its service registered, its loop run under wg) and the
 // node's heartbeat agent. It must run before the server serves. It
-// returns the words for serve's "listening on" line.
-func startCluster(ctx context.Context, g *globalOptions, opts serveOptions, node *peer.Server, cs *container.Store, volume, listen, nodeID string, wg *sync.WaitGroup) (string, error) {
+// returns what it started, with the words for serve's "listening on"
+// line.
+func startCluster(ctx context.Context, g *globalOptions, opts serveOptions, node *peer.Server, cs *container.Store, volume, listen, nodeID string, wg *sync.WaitGroup) (clusterRole, error) {
+	var role clusterRole
 	log := opts.log.Logger(g.stderr).With("self", nodeID)
 	var desc []string
 	join := opts.join
@@ -66,7 +80,7 @@ func startCluster(ctx context.Context, g *globalOptions, opts serveOptions, node
 		if endpoints, ok := etcdEndpoints(opts.clusterStore); ok {
 			st, err := store.DialEtcd(endpoints)
 			if err != nil {
-				return "", err
+				return role, err
 			}
 			svc := coord.NewStandbyService(st.Leader)
 			clusterpb.RegisterCoordinatorServer(node, svc)
@@ -88,15 +102,16 @@ func startCluster(ctx context.Context, g *globalOptions, opts serveOptions, node
 			}
 			st, err := store.Open(path)
 			if err != nil {
-				return "", err
+				return role, err
 			}
 			cfg.Store = st
 			c, err := coord.New(cfg)
 			if err != nil {
 				st.Close()
-				return "", err
+				return role, err
 			}
-			clusterpb.RegisterCoordinatorServer(node, coord.NewService(c))
+			role.local = coord.NewService(c)
+			clusterpb.RegisterCoordinatorServer(node, role.local)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -114,7 +129,7 @@ func startCluster(ctx context.Context, g *globalOptions, opts serveOptions, node
 		Interval: opts.heartbeat, Log: log,
 	})
 	if err != nil {
-		return "", err
+		return role, err
 	}
 	wg.Add(1)
 	go func() {
@@ -122,7 +137,8 @@ func startCluster(ctx context.Context, g *globalOptions, opts serveOptions, node
 		a.Run(ctx)
 	}()
 	desc = append(desc, "joined "+strings.Join(join, ","))
-	return strings.Join(desc, "; "), nil
+	role.desc, role.join = strings.Join(desc, "; "), join
+	return role, nil
 }
 
 // lead campaigns for leadership until ctx ends; each time it wins, it

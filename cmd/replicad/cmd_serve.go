@@ -30,6 +30,7 @@ import (
 	"github.com/cmfs-project/cmfs/peer"
 	"github.com/cmfs-project/cmfs/repl"
 	"github.com/cmfs-project/cmfs/source"
+	"github.com/cmfs-project/cmfs/statuspage"
 )
 
 type serveOptions struct {
@@ -47,6 +48,7 @@ type serveOptions struct {
 	bandwidth     cli.ByteRate
 	concurrency   int
 	metrics       string
+	http          string
 	ingest        bool
 	ingestIdle    time.Duration
 	ingestRepl    string
@@ -150,6 +152,15 @@ replication slots (replicad_slot_*: each destination's position, lag in
 events, and the cmroot entries and bytes it pins) and, with --volume, the
 container replication metrics.
 
+--http ADDR serves a live status page on http://ADDR/ (it refreshes itself
+every second), the JSON it reads on http://ADDR/status.json, and the same
+metrics on http://ADDR/metrics: the warehouse's newest events, how far
+each destination (replication slot) and --ingest lag behind, the node's
+containers by state and its replication queue, and with --coordinator or
+--join the cluster's nodes and containers by class. Like --metrics it is
+not authenticated: give an address only those who may see the
+warehouse's paths can reach.
+
 Once it listens it prints "listening on ADDR (...)" (the actual address:
 with port 0, the one picked; the token file clients give) and serves until SIGINT or SIGTERM, then
 closes the open container and exits 0.
@@ -185,6 +196,7 @@ stops.`,
 	f.Var(&opts.bandwidth, "replication-bandwidth", "cap what this node sends to peers at `N/s` bytes (100MiB/s; default: no cap)")
 	f.IntVar(&opts.concurrency, "replication-concurrency", peer.DefaultConcurrency, "replications this node runs at once (doubled while decommissioning)")
 	f.StringVar(&opts.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (default: off)")
+	f.StringVar(&opts.http, "http", "", "serve the status page, /status.json and /metrics on `ADDR` (default: off)")
 	f.BoolVar(&opts.ingest, "ingest", false, "write the files the journal's events add or preserve into the open container")
 	f.DurationVar(&opts.ingestIdle, "ingest-idle", time.Minute, "with --ingest, close the open container after this long without a new file (0: never)")
 	f.StringVar(&opts.ingestRepl, "ingest-replication", container.DefaultReplication, "with --ingest, the replication (replica:N) of the containers ingest fills")
@@ -222,6 +234,9 @@ func runServe(ctx context.Context, g *globalOptions, opts serveOptions, _ []stri
 		changed = func(string) bool { return false }
 	}
 	warehouse := opts.state != "" || opts.backing != ""
+	if opts.http != "" && opts.http == opts.metrics {
+		return fmt.Errorf("--http %s serves /metrics too: give --http or --metrics, not both", opts.http)
+	}
 	if !warehouse && len(opts.volumes) == 0 {
 		return errors.New("what to serve? give --state DIR (a warehouse's files and journal) or --volume DIR (containers)")
 	}
@@ -347,6 +362,19 @@ func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error
 		defer cancel()
 		metrics = fmt.Sprintf(", metrics http://%s/metrics", metricsrv.Serve(ctx, &wg, mlis, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	}
+	if opts.http != "" {
+		hlis, err := listenHTTP(opts.http)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		page := statuspage.Config{Addr: lis.Addr().String(), Warehouse: warehousePage(srv, false)}
+		metrics += ", " + serveHTTP(ctx, &wg, hlis, page, sourceMetrics(srv))
+	}
 	listening := fmt.Sprintf("listening on %s (warehouse %s, state %s, source %s, token %s%s)", lis.Addr(), cfg.Backing, cfg.State, cfg.SourceID, tokenFile, metrics)
 	fmt.Fprintln(g.stdout, listening)
 	probe, err := selfProbe(lis.Addr(), tlsconfig.Config{}, token)
@@ -402,6 +430,13 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 			return err
 		}
 		defer mlis.Close()
+	}
+	var hlis net.Listener
+	if opts.http != "" {
+		if hlis, err = listenHTTP(opts.http); err != nil {
+			return err
+		}
+		defer hlis.Close()
 	}
 	logger := opts.log.Logger(g.stderr)
 	volumes := make([]string, len(opts.volumes))
@@ -515,12 +550,15 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 			feed.Run(ctx, ingestPoll) // reports through the logger; nil when ctx ends
 		}()
 	}
+	var role clusterRole
 	if opts.coordinator || len(opts.join) > 0 {
-		cdesc, err := startCluster(ctx, g, opts, node, store, volumes[0], lis.Addr().String(), nodeID, &wg)
-		if err != nil {
+		if role, err = startCluster(ctx, g, opts, node, store, volumes[0], lis.Addr().String(), nodeID, &wg); err != nil {
 			return err
 		}
-		desc = append(desc, cdesc)
+		desc = append(desc, role.desc)
+	}
+	if hlis != nil {
+		desc = append(desc, serveHTTP(ctx, &wg, hlis, nodePage(ctx, opts, lis.Addr().String(), node, store, src, role), node.Metrics()))
 	}
 	listening := fmt.Sprintf("listening on %s (%s)", lis.Addr(), strings.Join(desc, "; "))
 	fmt.Fprintln(g.stdout, listening)

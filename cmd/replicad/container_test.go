@@ -93,6 +93,8 @@ func TestContainerBadInput(t *testing.T) {
 		{"serve leader lease without etcd", serve("--coordinator", "--leader-lease", "3s"), "--leader-lease needs --cluster-store etcd://"},
 		{"serve leader lease not whole seconds", serve("--coordinator", "--cluster-store", "etcd://127.0.0.1:2379", "--leader-lease", "1500ms"), "--leader-lease 1.5s: want whole seconds"},
 		{"serve join without volume", []string{"serve", "--state", state, "--join", "127.0.0.1:9870"}, "--join is a setting of the container service"},
+		{"serve http and metrics on one address", serve("--http", "127.0.0.1:9871", "--metrics", "127.0.0.1:9871"), "--http 127.0.0.1:9871 serves /metrics too: give --http or --metrics, not both"},
+		{"serve http bad address", serve("--http", "nope"), "--http: listen nope: "},
 
 		{"admin no server", []string{"admin", "nodes"}, "give --server ADDR"},
 		{"admin unreachable", []string{"admin", "status", "--server", srv}, "cannot reach 127.0.0.1:1"},

@@ -45,8 +45,15 @@ replicates them to peers ('replicad serve --volume', 'replicad container').`,
 		newContainerCmd(g),
 		newAdminCmd(g),
 	)
+	for _, c := range extraCommands {
+		root.AddCommand(c())
+	}
 	return root
 }
+
+// extraCommands are added by files built only under a build tag: the
+// man page generator (man.go, -tags mangen), which never ships.
+var extraCommands []func() *cobra.Command
 
 // program is replicad as cli runs it: tests run it in-process.
 var program = cli.Program{Name: "replicad", Root: func(stdout, stderr io.Writer) *cobra.Command {

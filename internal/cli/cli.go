@@ -1,5 +1,8 @@
 // Package cli holds what the project's commands (cmfs, replicad) share:
-// running a cobra command tree with one-line errors and exit codes, and the
+// running a cobra command tree with one-line errors and exit codes; every
+// flag settable from a YAML config file and an environment variable too
+// (config.go, configure.go: flags > environment > file > defaults, every
+// value read by the flag's own parser, every error at its line); and the
 // small helpers their argument checks and output use.
 package cli
 

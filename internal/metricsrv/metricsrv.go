@@ -1,7 +1,8 @@
 // Package metricsrv is the HTTP server of replicad's Prometheus metrics
-// (serve --metrics, follow --metrics): a listener opened first, so that
-// an address in use fails before anything else is set up, then /metrics
-// served on it until the command's context ends.
+// (serve --metrics, follow --metrics) and of serve --http, which adds the
+// status page beside /metrics: a listener opened first, so that an
+// address in use fails before anything else is set up, then served until
+// the command's context ends.
 package metricsrv
 
 import (
@@ -32,6 +33,13 @@ func Listen(addr string) (net.Listener, error) {
 func Serve(ctx context.Context, wg *sync.WaitGroup, lis net.Listener, h http.Handler) string {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", h)
+	return ServeMux(ctx, wg, lis, mux)
+}
+
+// ServeMux is Serve of a whole mux: /metrics and whatever else the
+// command serves beside it on one listener (serve --http: the status
+// page).
+func ServeMux(ctx context.Context, wg *sync.WaitGroup, lis net.Listener, mux *http.ServeMux) string {
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	wg.Add(1)
 	go func() {
