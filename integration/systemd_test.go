@@ -511,9 +511,9 @@ func TestUnitFiles(t *testing.T) {
 	root := t.TempDir()
 	copyTree(t, hostUnits, filepath.Join(root, hostUnits))
 	units := filepath.Join(root, "etc/systemd/system")
-	dist := filepath.Join(moduleRoot, "dist", "systemd")
 	for _, name := range []string{"cmfs@.service", "replicad.service"} {
-		copyFile(t, filepath.Join(dist, name), filepath.Join(units, name), 0o644)
+		// As make install writes them for PREFIX=/usr.
+		writeFile(t, filepath.Join(units, name), []byte(installedUnit(t, name, "/usr/bin")))
 	}
 	for _, bin := range []string{cmfsBin, replicadPath(t)} {
 		copyFile(t, bin, filepath.Join(root, "usr/bin", filepath.Base(bin)), 0o755)
@@ -521,6 +521,80 @@ func TestUnitFiles(t *testing.T) {
 	res := runTool(t, time.Minute, analyze, "verify", "--root="+root, "cmfs@mnt-warehouse.service", "replicad.service")
 	if res.Code != 0 || strings.TrimSpace(res.Stdout+res.Stderr) != "" {
 		t.Errorf("systemd-analyze verify: %v", res)
+	}
+}
+
+// installedUnit is dist/systemd/name as make install writes it, with
+// bindir for @BINDIR@ and its sibling sbin for @SBINDIR@.
+func installedUnit(t testing.TB, name, bindir string) string {
+	t.Helper()
+	b := readFile(t, filepath.Join(moduleRoot, "dist", "systemd", name))
+	return strings.NewReplacer("@BINDIR@", bindir, "@SBINDIR@", filepath.Join(filepath.Dir(bindir), "sbin")).Replace(string(b))
+}
+
+// unitLine returns the value of the first line of unit that sets key.
+func unitLine(t testing.TB, unit, key string) string {
+	t.Helper()
+	for _, l := range strings.Split(unit, "\n") {
+		if v, ok := strings.CutPrefix(l, key+"="); ok {
+			return v
+		}
+	}
+	t.Fatalf("the unit sets no %s", key)
+	return ""
+}
+
+// TestUnitExecStart runs cmfs@.service's ExecStart= as systemd would for
+// the instance of a mountpoint: the unit's command line with its
+// specifier and variable expanded, the environment file's variables in
+// the environment (cmfs's own CMFS_MOUNT_* among them, one asking for
+// --daemon, which the unit's --daemon=false must overrule), a notify
+// socket. It must come up READY=1 in the foreground with the variables'
+// settings, and stop cleanly at SIGTERM.
+func TestUnitExecStart(t *testing.T) {
+	requireFUSE(t)
+	unit := installedUnit(t, "cmfs@.service", filepath.Dir(cmfsBin))
+	if got := unitLine(t, unit, "EnvironmentFile"); got != "/etc/cmfs/%i.env" {
+		t.Fatalf("EnvironmentFile=%s; the test stands in for /etc/cmfs/%%i.env", got)
+	}
+	backing := filepath.Join(t.TempDir(), "backing")
+	if err := os.Mkdir(backing, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mp := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := &mounted{Backing: backing, Mnt: mp, State: filepath.Join(backing, ".cmfs")}
+	m.CMRoot = filepath.Join(m.State, "cmroot")
+	live.Store(mp, true)
+	t.Cleanup(func() { m.unmountAndCheck(t) })
+
+	env := map[string]string{"CMFS_BACKING": backing}
+	// %f is the instance unescaped, a path: the mountpoint.
+	var argv []string
+	for _, w := range strings.Fields(unitLine(t, unit, "ExecStart")) {
+		w = strings.ReplaceAll(w, "%f", mp)
+		if name, ok := strings.CutPrefix(w, "${"); ok && strings.HasSuffix(name, "}") {
+			w = env[strings.TrimSuffix(name, "}")]
+		}
+		argv = append(argv, w)
+	}
+	sock := newNotifySocket(t)
+	p := startProcEnv(t, sock.env("CMFS_BACKING="+backing, "CMFS_MOUNT_RETAIN=72h", "CMFS_MOUNT_DAEMON=true"), argv[0], argv[1:]...)
+	sock.until(t, p, 30*time.Second, "READY=1")
+	if p.exited() {
+		t.Fatalf("%s exited after READY=1 (forked?): %v", p.name, p.res)
+	}
+	if rec, err := statedir.ReadRecord(m.State); err != nil || rec.Retain != "72h0m0s" || rec.PID != p.cmd.Process.Pid {
+		t.Errorf("mount record %+v, %v; want retain 72h from CMFS_MOUNT_RETAIN, mounted by the process started (pid %d)", rec, err, p.cmd.Process.Pid)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sock.until(t, p, 10*time.Second, "STOPPING=1")
+	if res := p.wait(t, 30*time.Second); res.Code != 0 {
+		t.Fatalf("%s after SIGTERM: %v", p.name, res)
 	}
 }
 
