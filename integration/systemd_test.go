@@ -434,9 +434,12 @@ func TestMountHelper(t *testing.T) {
 	t.Run("fstab", func(t *testing.T) {
 		state := filepath.Join(t.TempDir(), "state")
 		m := prepare(t, state)
+		// The retention from a config file the line names.
+		cfg := filepath.Join(t.TempDir(), "cmfs.yaml")
+		writeFile(t, cfg, []byte("mount:\n  retain: 3h\n"))
 		fstab := filepath.Join(t.TempDir(), "fstab")
-		line := fmt.Sprintf("%s %s fuse.cmfs defaults,noauto,nofail,_netdev,x-systemd.requires-mounts-for=/,state=%s,retain=3h,exclude=_tmp*,allow_other 0 0\n",
-			m.Backing, m.Mnt, state)
+		line := fmt.Sprintf("%s %s fuse.cmfs defaults,noauto,nofail,_netdev,x-systemd.requires-mounts-for=/,config=%s,state=%s,exclude=_tmp*,allow_other 0 0\n",
+			m.Backing, m.Mnt, cfg, state)
 		writeFile(t, fstab, []byte("# a comment\n"+line))
 		if res := runTool(t, 60*time.Second, "mount", "--fstab", fstab, m.Mnt); res.Code != 0 {
 			t.Fatalf("mount --fstab with %q: %v", line, res)

@@ -18,9 +18,9 @@
 // MOUNTPOINT unmounts, and the mount process then flushes, closes the
 // journal and cmroot, and exits.
 //
-// The options (docs/ops.md lists them all): cmfs's own (state=, cmroot=,
-// retain=, exclude=, no_default_excludes, journal_reserve=, sync=,
-// log_format=, log_level=, debug, ready_timeout=) become its flags; the
+// The options (docs/ops.md lists them all): cmfs's own (config=, state=,
+// cmroot=, retain=, exclude=, no_default_excludes, journal_reserve=,
+// sync=, log_format=, log_level=, debug, ready_timeout=) become its flags; the
 // kernel's that a FUSE mount takes (allow_other, default_permissions,
 // nosuid, nodev, noexec, suid, dev, exec) go to the mount as -o; the ones
 // mount(8) and fstab keep for themselves (defaults, rw, async, auto,
@@ -31,7 +31,8 @@
 // no mtab).
 //
 // The cmfs binary is the one next to this program (symlinks resolved),
-// else the first on PATH.
+// or in ../bin from it (make install puts the helper in PREFIX/sbin and
+// cmfs in PREFIX/bin), else the first on PATH.
 package main
 
 import (
@@ -216,6 +217,7 @@ func parse(args []string) (invocation, error) {
 
 // cmfsValued maps cmfs's options that take a value to its flags.
 var cmfsValued = map[string]string{
+	"config":          "--config",
 	"state":           "--state",
 	"cmroot":          "--cmroot",
 	"retain":          "--retain",
@@ -321,21 +323,28 @@ func splitOptions(s string) ([]string, error) {
 	return append(out, cur.String()), nil
 }
 
-// cmfsBinary finds the cmfs to run: next to this program (symlinks
-// resolved: /sbin/mount.fuse.cmfs may link to PREFIX/bin), else on PATH.
+// cmfsBinary finds the cmfs to run: next to this program, or in ../bin
+// from it (symlinks resolved: /sbin/mount.fuse.cmfs may link to
+// PREFIX/sbin), else on PATH.
 func cmfsBinary() (string, error) {
-	if exe, err := os.Executable(); err == nil {
-		if exe, err = filepath.EvalSymlinks(exe); err == nil {
-			p := filepath.Join(filepath.Dir(exe), "cmfs")
+	exe, _ := os.Executable()
+	return cmfsBinaryFor(exe)
+}
+
+// cmfsBinaryFor is cmfsBinary for a helper at exe.
+func cmfsBinaryFor(exe string) (string, error) {
+	if exe, err := filepath.EvalSymlinks(exe); err == nil && exe != "" {
+		dir := filepath.Dir(exe)
+		for _, p := range []string{filepath.Join(dir, "cmfs"), filepath.Join(dir, "..", "bin", "cmfs")} {
 			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-				return p, nil
+				return filepath.Clean(p), nil
 			}
 		}
 	}
 	p, err := exec.LookPath("cmfs")
 	if err != nil {
 		if errors.Is(err, exec.ErrNotFound) {
-			return "", errors.New("cmfs not found next to this helper or on PATH")
+			return "", errors.New("cmfs not found next to this helper, in ../bin from it, or on PATH")
 		}
 		return "", err
 	}

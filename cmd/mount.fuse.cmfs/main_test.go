@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -27,9 +29,9 @@ func TestParse(t *testing.T) {
 			args: []string{"/b", "/m", "-o", "rw,nosuid,nodev,state=/s,retain=2h,allow_other,nofail,_netdev"},
 			want: base("--state", "/s", "--retain", "2h", "-o", "nosuid,nodev,allow_other", "--", "/b", "/m")},
 		{name: "every cmfs option",
-			args: []string{"/b", "/m", "-o", "state=/s,cmroot=/c,retain=72h,exclude=_tmp*,exclude=.staging*,no_default_excludes,journal_reserve=128MiB,sync=interval:20ms,log_format=json,log_level=debug,debug,ready_timeout=30s"},
+			args: []string{"/b", "/m", "-o", "config=/etc/cmfs/cmfs.yaml,state=/s,cmroot=/c,retain=72h,exclude=_tmp*,exclude=.staging*,no_default_excludes,journal_reserve=128MiB,sync=interval:20ms,log_format=json,log_level=debug,debug,ready_timeout=30s"},
 			want: []string{"mount", "--daemon", "--ready-timeout", "30s",
-				"--state", "/s", "--cmroot", "/c", "--retain", "72h", "--exclude", "_tmp*", "--exclude", ".staging*",
+				"--config", "/etc/cmfs/cmfs.yaml", "--state", "/s", "--cmroot", "/c", "--retain", "72h", "--exclude", "_tmp*", "--exclude", ".staging*",
 				"--no-default-excludes", "--journal-reserve", "128MiB", "--sync", "interval:20ms",
 				"--log-format", "json", "--log-level", "debug", "--debug", "--", "/b", "/m"}},
 		{name: "every kernel option",
@@ -102,5 +104,45 @@ func TestRefusalIsOneLine(t *testing.T) {
 	}
 	if got := stderr.String(); strings.Count(got, "\n") != 1 || !strings.HasPrefix(got, "mount.fuse.cmfs: unknown option") {
 		t.Errorf("stderr %q, want one line naming the option", got)
+	}
+}
+
+// TestCmfsBinary: the cmfs next to the helper wins, then PREFIX/bin's for
+// a helper in PREFIX/sbin, through a /sbin symlink to it, then PATH.
+func TestCmfsBinary(t *testing.T) {
+	prefix := t.TempDir()
+	mk := func(p string) string {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	helper := mk(filepath.Join(prefix, "sbin", "mount.fuse.cmfs"))
+	link := filepath.Join(t.TempDir(), "mount.fuse.cmfs")
+	if err := os.Symlink(helper, link); err != nil {
+		t.Fatal(err)
+	}
+	onPath := mk(filepath.Join(t.TempDir(), "cmfs"))
+	t.Setenv("PATH", filepath.Dir(onPath))
+	check := func(want string) {
+		t.Helper()
+		got, err := cmfsBinaryFor(link)
+		if err != nil || got != want {
+			t.Errorf("cmfsBinaryFor(%s) = %q, %v; want %q", link, got, err, want)
+		}
+	}
+	check(onPath)
+	bin := mk(filepath.Join(prefix, "bin", "cmfs"))
+	check(bin)
+	check(mk(filepath.Join(prefix, "sbin", "cmfs")))
+	t.Setenv("PATH", "")
+	os.Remove(filepath.Join(prefix, "sbin", "cmfs"))
+	os.Remove(bin)
+	if _, err := cmfsBinaryFor(link); err == nil {
+		t.Error("no cmfs anywhere: no error")
 	}
 }
