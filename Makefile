@@ -7,7 +7,7 @@ export PATH := $(PATH):$(GOPATH)/bin:/root/go/bin
 UNIT        := ./internal/... ./journal/... ./cmroot/... ./upkeep/... ./control/... ./protect/... ./fusefs/... ./slot/... ./repl/... ./source/... ./container/... ./peer/... ./ingest/... ./cluster/... ./statuspage/... ./cmd/... ./bench/...
 INTEGRATION := ./integration/...
 
-.PHONY: all build man completions install uninstall test unit check-deps integration bench bench-deps demo proto proto-deps vet fmt clean
+.PHONY: all build man completions install uninstall test test-deps unit check-deps integration bench bench-deps demo proto proto-deps vet fmt clean
 
 all: build
 
@@ -57,10 +57,14 @@ install: build man completions
 uninstall:
 	PREFIX='$(PREFIX)' DESTDIR='$(DESTDIR)' bash scripts/install.sh uninstall
 
-# Unit tests (no FUSE, no root) with the race detector, then the
-# integration tests: real mounts, real processes (bin/cmfs, bin/replicad:
-# both built by build).
-test: build unit integration
+# What the tests need and the machine lacks is installed first (the same
+# list .ci/run uses); then the unit tests (no FUSE, no root) with the race
+# detector, then the integration tests: real mounts, real processes
+# (bin/cmfs, bin/replicad: both built by build).
+test: test-deps build unit integration
+
+test-deps:
+	bash scripts/deps.sh ci
 
 unit: check-deps
 	$(GO) test -race $(UNIT)

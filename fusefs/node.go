@@ -2,9 +2,7 @@ package fusefs
 
 import (
 	"context"
-	"os"
 	"path"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -25,6 +23,12 @@ type node struct {
 	opens   int // handles open on this node
 	writers int // of which opened for writing
 	direct  int // of which not passed through to the kernel (setid.go)
+
+	// held is the directory itself, open (O_PATH) while the node has
+	// directory handles open (holds of them): see openDir.
+	heldMu sync.Mutex
+	held   int
+	holds  int
 
 	// swapped is the backing inode number now behind this node when cmfs
 	// replaced the inode at its path (O_TRUNC, truncate to 0): the node
@@ -120,12 +124,12 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	}
 	// An inode cmfs swapped in belongs to the node that was there, under
 	// every name it has.
-	if sn, st := n.r.swappedNode(n.r.abs(rel)); sn != nil {
+	if sn, st := n.r.swappedNode(rel); sn != nil {
 		out.Attr.FromStat(st)
 		out.Ino = sn.StableAttr().Ino
 		return sn.EmbeddedInode(), 0
 	}
-	return n.LoopbackNode.Lookup(ctx, name, out)
+	return n.lookup(ctx, name, out)
 }
 
 // OnForget drops the node's swapped inode from the root's table.
@@ -141,10 +145,13 @@ func (n *node) OnForget() {
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	dir, live := n.rel()
-	if !live || !n.r.core.HidesIn(dir) {
-		return n.LoopbackNode.OpendirHandle(ctx, flags)
+	if !live {
+		return nil, 0, syscall.ENOENT
 	}
-	entries, err := os.ReadDir(n.r.abs(dir))
+	if !n.r.core.HidesIn(dir) {
+		return n.openDir(dir)
+	}
+	entries, err := n.r.tree().ReadDir(dir)
 	if err != nil {
 		return nil, 0, toErrno(err)
 	}
@@ -154,7 +161,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 			continue
 		}
 		var st syscall.Stat_t
-		if err := syscall.Lstat(filepath.Join(n.r.abs(dir), e.Name()), &st); err != nil {
+		if err := n.r.tree().Lstat(path.Join(dir, e.Name()), &st); err != nil {
 			continue // raced with a removal
 		}
 		list = append(list, fuse.DirEntry{Name: e.Name(), Mode: st.Mode, Ino: st.Ino})
@@ -170,7 +177,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if err := n.r.core.Mkdir(ctx, rel, mode, caller(ctx)); err != nil {
 		return nil, toErrno(err)
 	}
-	return n.LoopbackNode.Lookup(ctx, name, out)
+	return n.lookup(ctx, name, out)
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -238,42 +245,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if err := n.r.core.Symlink(ctx, target, rel, caller(ctx)); err != nil {
 		return nil, toErrno(err)
 	}
-	return n.LoopbackNode.Lookup(ctx, name, out)
-}
-
-// Mknod makes special files (not journaled: nothing a replica carries).
-func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if rel, _ := n.child(name); n.r.core.Hidden(rel) {
-		return nil, syscall.EPERM
-	}
-	ch, errno := n.LoopbackNode.Mknod(ctx, name, mode, rdev, out)
-	if errno == 0 && mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 && os.Getuid() == 0 {
-		// The loopback's chown to the caller cleared the set-id bits the
-		// caller made the node with.
-		rel, _ := n.child(name)
-		if syscall.Chmod(filepath.Join(n.r.core.Backing(), rel), mode&0o7777) == nil {
-			out.Attr.Mode = mode
-		}
-	}
-	return ch, errno
-}
-
-// Getattr reports links that only cmroot holds as absent: to every
-// program a preserved file looks deleted.
-func (n *node) Getattr(ctx context.Context, f gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if errno := n.LoopbackNode.Getattr(ctx, f, out); errno != 0 {
-		return errno
-	}
-	out.Nlink -= n.r.core.CMLinks(out.Mode, out.Ino, out.Nlink)
-	return 0
-}
-
-func (n *node) Statx(ctx context.Context, f gofs.FileHandle, flags, mask uint32, out *fuse.StatxOut) syscall.Errno {
-	if errno := n.LoopbackNode.Statx(ctx, f, flags, mask, out); errno != 0 {
-		return errno
-	}
-	out.Nlink -= n.r.core.CMLinks(uint32(out.Mode), out.Ino, out.Nlink)
-	return 0
+	return n.lookup(ctx, name, out)
 }
 
 func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn uint64, out *gofs.Inode, fhOut gofs.FileHandle, offOut uint64, len uint64, flags uint64) (uint32, syscall.Errno) {

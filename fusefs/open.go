@@ -23,7 +23,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
 	}
-	ch, errno := n.LoopbackNode.Lookup(ctx, name, out)
+	ch, errno := n.lookup(ctx, name, out)
 	if errno != 0 {
 		h.Abort(rel)
 		return nil, nil, 0, errno
@@ -140,7 +140,7 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		if h != nil {
 			err = clearSetID(h.File())
 		} else {
-			err = clearSetIDAt(n.r.abs(rel))
+			err = clearSetIDAt(n.r.tree(), rel)
 		}
 	}
 	if err != nil {
@@ -149,18 +149,6 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	// The size is set; the other attributes, if any, follow.
 	in.Valid &^= fuse.FATTR_SIZE
 	return n.setattr(ctx, f, in, out)
-}
-
-// setattr is the plain loopback setattr, with cmroot's links hidden.
-func (n *node) setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if fh, ok := f.(*file); ok {
-		f = fh.LoopbackFile
-	}
-	if errno := n.LoopbackNode.Setattr(ctx, f, in, out); errno != 0 {
-		return errno
-	}
-	out.Nlink -= n.r.core.CMLinks(out.Mode, out.Ino, out.Nlink)
-	return 0
 }
 
 // file is an open file of the mount: go-fuse's loopback file over the

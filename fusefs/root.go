@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -28,33 +27,26 @@ type swap struct {
 	btime unix.StatxTimestamp // tells the inode from a later one with its number
 }
 
-// abs returns the backing path of a mount-relative path.
-func (r *root) abs(rel string) string { return filepath.Join(r.core.Backing(), rel) }
-
-// swappedNode returns the node an inode at abs was swapped in for, with
+// swappedNode returns the node an inode at rel was swapped in for, with
 // the inode's attributes, or nil.
-func (r *root) swappedNode(abs string) (*node, *syscall.Stat_t) {
+func (r *root) swappedNode(rel string) (*node, *syscall.Stat_t) {
 	r.swapMu.Lock()
 	empty := len(r.swaps) == 0
 	r.swapMu.Unlock()
 	if empty {
 		return nil, nil
 	}
-	var x unix.Statx_t
-	if unix.Statx(unix.AT_FDCWD, abs, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &x) != nil {
+	st, btime, err := r.statx(rel)
+	if err != nil {
 		return nil, nil
 	}
 	r.swapMu.Lock()
-	e, ok := r.swaps[x.Ino]
+	e, ok := r.swaps[st.Ino]
 	r.swapMu.Unlock()
-	if !ok || e.btime != x.Btime {
+	if !ok || e.btime != btime {
 		return nil, nil
 	}
-	var st syscall.Stat_t
-	if err := syscall.Lstat(abs, &st); err != nil || st.Ino != x.Ino {
-		return nil, nil
-	}
-	return e.n, &st
+	return e.n, st
 }
 
 // Swapped records that the node's name now holds the inode open as f

@@ -8,6 +8,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/cmfs-project/cmfs/internal/at"
 )
 
 // The mount asks for FUSE_HANDLE_KILLPRIV_V2. Without it the kernel, which
@@ -93,13 +95,12 @@ func clearSetID(f *os.File) error {
 	return syscall.Fchmod(int(f.Fd()), mode&0o7777)
 }
 
-// clearSetIDAt is clearSetID for the regular file at abs.
-func clearSetIDAt(abs string) error {
-	fd, err := unix.Open(abs, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+// clearSetIDAt is clearSetID for the regular file rel of t.
+func clearSetIDAt(t *at.Tree, rel string) error {
+	f, err := t.Open(rel, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return err
 	}
-	f := os.NewFile(uintptr(fd), abs)
 	defer f.Close()
 	return clearSetID(f)
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/cmfs-project/cmfs/internal/at"
 )
 
 func TestClearSetID(t *testing.T) {
@@ -19,7 +21,8 @@ func TestClearSetID(t *testing.T) {
 		{0o1777, 0o1777}, // sticky is not a set-ID bit
 		{0o644, 0o644},
 	} {
-		p := filepath.Join(t.TempDir(), "f")
+		dir := t.TempDir()
+		p := filepath.Join(dir, "f")
 		if err := os.WriteFile(p, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -29,7 +32,13 @@ func TestClearSetID(t *testing.T) {
 		if got := setIDClearable(syscall.S_IFREG | tc.mode); got != (tc.want != tc.mode) {
 			t.Errorf("setIDClearable(%04o) = %v", tc.mode, got)
 		}
-		if err := clearSetIDAt(p); err != nil {
+		tree, err := at.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = clearSetIDAt(tree, "f")
+		tree.Close()
+		if err != nil {
 			t.Fatal(err)
 		}
 		var st syscall.Stat_t

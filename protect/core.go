@@ -18,6 +18,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/internal/at"
 	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/pagecache"
 	"github.com/cmfs-project/cmfs/internal/statedir"
@@ -67,6 +68,10 @@ type Options struct {
 // the adapter in package fusefs calls it, and tests call it directly.
 type Core struct {
 	backing string
+	// fs makes every call on the backing tree relative to its root's
+	// descriptor (package at): no backing path is ever longer than the
+	// mount's own.
+	fs      *at.Tree
 	cm      *cmroot.Store
 	log     *journal.Log
 	exclude []string
@@ -167,6 +172,15 @@ func Open(ctx context.Context, opts Options, j *journal.Log, store *cmroot.Store
 	if err := syscall.Stat(backing, &bst); err != nil {
 		return nil, Recovery{}, fmt.Errorf("backing %s: %w", backing, err)
 	}
+	if c.fs, err = at.Open(backing); err != nil {
+		return nil, Recovery{}, fmt.Errorf("backing: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			c.fs.Close()
+		}
+	}()
 	for _, d := range opts.Hidden {
 		abs, err := filepath.Abs(d)
 		if err != nil {
@@ -180,7 +194,7 @@ func Open(ctx context.Context, opts Options, j *journal.Log, store *cmroot.Store
 		return nil, Recovery{}, fmt.Errorf("cmroot %s: %w", store.Dir(), err)
 	}
 	c.cmSameDev = cst.Dev == bst.Dev
-	c.links = newLinkIndex(backing, func(rel string) bool { return c.isHidden(rel) || c.excluded(rel) }, c.treeLinks)
+	c.links = newLinkIndex(c.fs, func(rel string) bool { return c.isHidden(rel) || c.excluded(rel) }, c.treeLinks)
 	// Replacement inodes are made in the state directory when it shares
 	// the backing filesystem; elsewhere O_TRUNC copies the original.
 	tmp := filepath.Join(opts.State, statedir.TmpDir)
@@ -226,11 +240,13 @@ func Open(ctx context.Context, opts Options, j *journal.Log, store *cmroot.Store
 		rec.Changed, rec.Added, rec.Removed, rec.Lost = r.changed, r.added, r.removed, r.lost
 		rec.Walked, rec.Hashed = r.walked, r.hashed
 	}
+	ok = true
 	return c, rec, nil
 }
 
-// Close closes the in-flight table. Every handle must be released.
-func (c *Core) Close() error { return c.inflight.close() }
+// Close closes the in-flight table and the backing tree. Every handle
+// must be released.
+func (c *Core) Close() error { return errors.Join(c.inflight.close(), c.fs.Close()) }
 
 // cleanDir removes what a previous mount left in its temporary directory.
 func cleanDir(dir string) {
@@ -243,8 +259,9 @@ func cleanDir(dir string) {
 // Backing returns the protected directory's absolute path.
 func (c *Core) Backing() string { return c.backing }
 
-// abs returns the backing path of a mount-relative path.
-func (c *Core) abs(rel string) string { return filepath.Join(c.backing, rel) }
+// Tree returns the backing directory, held open: the adapter makes its
+// own calls on the tree through it too.
+func (c *Core) Tree() *at.Tree { return c.fs }
 
 // excluded says whether rel lies in engine scratch space.
 func (c *Core) excluded(rel string) bool {
@@ -295,14 +312,14 @@ func (c *Core) isHidden(rel string) bool { return c.hidden[rel] }
 // make the name, ENOENT where it would remove it), a name the journal
 // cannot carry with EILSEQ. It returns rel's backing path and whether rel
 // lies in scratch space, where the operation runs unprotected.
-func (c *Core) admit(rel string, hidden syscall.Errno) (abs string, excluded bool, err error) {
+func (c *Core) admit(rel string, hidden syscall.Errno) (excluded bool, err error) {
 	if c.isHidden(rel) {
-		return "", false, hidden
+		return false, hidden
 	}
 	if err := c.journalable(rel); err != nil {
-		return "", false, err
+		return false, err
 	}
-	return c.abs(rel), c.excluded(rel), nil
+	return c.excluded(rel), nil
 }
 
 // Hidden says whether rel is the state directory or cmroot, which the
@@ -508,16 +525,16 @@ func (c *Core) hash(f *os.File, size int64, stop <-chan struct{}) (string, error
 	return sum, err
 }
 
-// sumPath is sumFile for a path.
-func (c *Core) sumPath(p string) (string, *syscall.Stat_t, error) {
+// sumPath is sumFile for the tree's file rel.
+func (c *Core) sumPath(rel string) (string, *syscall.Stat_t, error) {
 	var st syscall.Stat_t
-	if err := syscall.Lstat(p, &st); err != nil {
+	if err := c.fs.Lstat(rel, &st); err != nil {
 		return "", nil, err
 	}
 	if sum, ok := c.sums.get(statState(&st)); ok {
 		return sum, &st, nil
 	}
-	f, err := openNoAtime(p)
+	f, err := openNoAtime(c.fs, rel)
 	if err != nil {
 		return "", nil, err
 	}
@@ -525,14 +542,19 @@ func (c *Core) sumPath(p string) (string, *syscall.Stat_t, error) {
 	return c.sumFile(f)
 }
 
-// openNoAtime opens p for reading, not following a final symlink, and,
-// where this process may (O_NOATIME needs ownership or CAP_FOWNER),
+// openNoAtime opens rel in t for reading, not following a final symlink,
+// and, where this process may (O_NOATIME needs ownership or CAP_FOWNER),
 // without updating its access time: preserving or checksumming a file
 // must not change what a stat of it shows.
-func openNoAtime(p string) (*os.File, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NOATIME, 0)
+func openNoAtime(t *at.Tree, rel string) (*os.File, error) {
+	return openNoAtimeWith(func(flags int) (*os.File, error) { return t.Open(rel, flags, 0) })
+}
+
+// openNoAtimeWith is openNoAtime through open, which opens with flags.
+func openNoAtimeWith(open func(flags int) (*os.File, error)) (*os.File, error) {
+	f, err := open(os.O_RDONLY | syscall.O_NOFOLLOW | syscall.O_NOATIME)
 	if errors.Is(err, syscall.EPERM) {
-		f, err = os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		f, err = open(os.O_RDONLY | syscall.O_NOFOLLOW)
 	}
 	return f, err
 }

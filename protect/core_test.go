@@ -7,11 +7,26 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cmfs-project/cmfs/internal/at"
 	"github.com/cmfs-project/cmfs/internal/pagecache"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
 	"golang.org/x/sys/unix"
 )
+
+// abs is the backing path of rel, for tests that look at the tree beside
+// the core.
+func (c *Core) abs(rel string) string { return filepath.Join(c.backing, rel) }
+
+// openTree opens dir as a backing tree, closed when tb ends.
+func openTree(tb testing.TB, dir string) *at.Tree {
+	t, err := at.Open(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { t.Close() })
+	return t
+}
 
 func TestExcluded(t *testing.T) {
 	c := &Core{exclude: statedir.DefaultExcludes}
@@ -81,12 +96,13 @@ func TestRenameEventTypes(t *testing.T) {
 }
 
 func TestSumCache(t *testing.T) {
-	c := &Core{}
-	p := filepath.Join(t.TempDir(), "f")
+	dir := t.TempDir()
+	c := &Core{fs: openTree(t, dir)}
+	p := filepath.Join(dir, "f")
 	if err := os.WriteFile(p, []byte("hello"), 0644); err != nil {
 		t.Fatal(err)
 	}
-	sum, st, err := c.sumPath(p)
+	sum, st, err := c.sumPath("f")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +115,7 @@ func TestSumCache(t *testing.T) {
 	if err := os.WriteFile(p, []byte("hello, world"), 0644); err != nil {
 		t.Fatal(err)
 	}
-	sum2, st2, err := c.sumPath(p)
+	sum2, st2, err := c.sumPath("f")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +163,8 @@ func TestHashLargeAndTruncated(t *testing.T) {
 // (a close after random writes, recovery) leaves it uncached.
 func TestChecksumLeavesCacheAsFound(t *testing.T) {
 	const size = 8 << 20
-	p := filepath.Join(t.TempDir(), "cold")
+	dir := t.TempDir()
+	p := filepath.Join(dir, "cold")
 	if err := os.WriteFile(p, bytes.Repeat([]byte("checksummed once\n"), size/17+1)[:size], 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -161,8 +178,8 @@ func TestChecksumLeavesCacheAsFound(t *testing.T) {
 	if n, err := pagecache.Resident(f, size); err != nil || n > size/16 {
 		t.Skipf("the filesystem keeps %d bytes cached after FADV_DONTNEED (%v)", n, err)
 	}
-	c := &Core{}
-	if _, _, err := c.sumPath(p); err != nil {
+	c := &Core{fs: openTree(t, dir)}
+	if _, _, err := c.sumPath("cold"); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := pagecache.Resident(f, size); err != nil || n > size/16 {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/cmfs-project/cmfs/internal/at"
 	"github.com/cmfs-project/cmfs/journal"
 	"golang.org/x/sys/unix"
 )
@@ -27,20 +28,28 @@ const flushWorkers = 16
 
 // durableSet is what one commit must flush.
 type durableSet struct {
-	files map[string]bool // data: fdatasync
-	dirs  map[string]bool // names: fsync of the directory
+	fs    *at.Tree       // the backing tree, where places with tree live
+	files map[place]bool // data: fdatasync
+	dirs  map[place]bool // names: fsync of the directory
 }
 
-func (d *durableSet) file(p string) {
+// place is a file or directory to flush: a path relative to the backing
+// tree (tree), or an absolute one (cmroot's).
+type place struct {
+	p    string
+	tree bool
+}
+
+func (d *durableSet) file(p place) {
 	if d.files == nil {
-		d.files = map[string]bool{}
+		d.files = map[place]bool{}
 	}
 	d.files[p] = true
 }
 
-func (d *durableSet) dir(p string) {
+func (d *durableSet) dir(p place) {
 	if d.dirs == nil {
-		d.dirs = map[string]bool{}
+		d.dirs = map[place]bool{}
 	}
 	d.dirs[p] = true
 }
@@ -48,24 +57,32 @@ func (d *durableSet) dir(p string) {
 // named returns what the events name: for each file the content at its path
 // or its cmroot entry, and the directories of every path they change.
 func (c *Core) named(events []*journal.Event) durableSet {
-	var d durableSet
+	d := durableSet{fs: c.fs}
 	for _, e := range events {
 		for _, p := range []string{e.Path, e.NewPath} {
 			if p != "" {
-				d.dir(c.abs(path.Dir(p)))
+				d.dir(place{treeDir(p), true})
 			}
 		}
 		for _, f := range e.Files {
 			if f.CM != "" {
 				entry := c.cm.Path(f.CM)
-				d.file(entry)
-				d.dir(filepath.Dir(entry))
+				d.file(place{entry, false})
+				d.dir(place{filepath.Dir(entry), false})
 				continue
 			}
-			d.file(c.abs(f.Path))
+			d.file(place{f.Path, true})
 		}
 	}
 	return d
+}
+
+// treeDir is the directory of the tree's path p ("" for the root).
+func treeDir(p string) string {
+	if d := path.Dir(p); d != "." {
+		return d
+	}
+	return ""
 }
 
 // flush makes d durable. A file that is gone was replaced or removed by a
@@ -73,20 +90,28 @@ func (c *Core) named(events []*journal.Event) durableSet {
 // open for reading is flushed through a write-only open where it may.
 func (c *Core) flush(d durableSet) error {
 	var tasks []func() error
-	d.each(func(p string, data bool) {
-		tasks = append(tasks, func() error { return syncPath(p, data) })
+	d.each(func(p place, data bool) {
+		tasks = append(tasks, func() error { return d.syncPlace(p, data) })
 	})
 	return runFlushes(tasks)
 }
 
 // each calls fn for every file (data true) and directory of d.
-func (d durableSet) each(fn func(p string, data bool)) {
+func (d durableSet) each(fn func(p place, data bool)) {
 	for p := range d.files {
 		fn(p, true)
 	}
 	for p := range d.dirs {
 		fn(p, false)
 	}
+}
+
+// name is p's path, for messages.
+func (d durableSet) name(p place) string {
+	if p.tree {
+		return d.fs.Join(p.p)
+	}
+	return p.p
 }
 
 // runFlushes runs tasks, flushWorkers at a time, and joins their errors.
@@ -137,22 +162,22 @@ type pinned struct {
 type pinnedFD struct {
 	fd   int
 	data bool
-	path string
+	name string
 }
 
 // pin opens what d names.
 func (d durableSet) pin() *pinned {
-	p := &pinned{}
-	d.each(func(path string, data bool) {
-		fd, err := openForSync(path, data)
+	p := &pinned{names: durableSet{fs: d.fs}}
+	d.each(func(pl place, data bool) {
+		fd, err := d.open(pl, data)
 		switch {
 		case err == nil:
-			p.fds = append(p.fds, pinnedFD{fd, data, path})
+			p.fds = append(p.fds, pinnedFD{fd, data, d.name(pl)})
 		case gone(err):
 		case data:
-			p.names.file(path)
+			p.names.file(pl)
 		default:
-			p.names.dir(path)
+			p.names.dir(pl)
 		}
 	})
 	return p
@@ -163,10 +188,10 @@ func (p *pinned) flush() error {
 	defer p.close()
 	var tasks []func() error
 	for _, f := range p.fds {
-		tasks = append(tasks, func() error { return syncFD(f.fd, f.data, f.path) })
+		tasks = append(tasks, func() error { return syncFD(f.fd, f.data, f.name) })
 	}
-	p.names.each(func(path string, data bool) {
-		tasks = append(tasks, func() error { return syncPath(path, data) })
+	p.names.each(func(pl place, data bool) {
+		tasks = append(tasks, func() error { return p.names.syncPlace(pl, data) })
 	})
 	return runFlushes(tasks)
 }
@@ -180,7 +205,7 @@ func (p *pinned) close() {
 	})
 }
 
-// syncs counts syncPath's fsyncs, for the mount's status.
+// syncs counts syncFD's flushes, for the mount's status.
 var syncs atomic.Uint64
 
 // Syncs returns how many files and directories the process's protection
@@ -191,28 +216,32 @@ func Syncs() uint64 { return syncs.Load() }
 // flushed.
 var syncedHook func(ino uint64)
 
-// syncPath fdatasyncs the file (data) or fsyncs the directory at p.
-func syncPath(p string, data bool) error {
-	fd, err := openForSync(p, data)
+// syncPlace fdatasyncs the file (data) or fsyncs the directory p.
+func (d durableSet) syncPlace(p place, data bool) error {
+	fd, err := d.open(p, data)
 	if gone(err) {
 		return nil
 	}
 	if err != nil {
-		return &os.PathError{Op: "flush", Path: p, Err: err}
+		return &os.PathError{Op: "flush", Path: d.name(p), Err: err}
 	}
 	defer unix.Close(fd)
-	return syncFD(fd, data, p)
+	return syncFD(fd, data, d.name(p))
 }
 
-// openForSync opens the file or directory at p to flush it.
-func openForSync(p string, data bool) (int, error) {
+// open opens the file or directory p to flush it.
+func (d durableSet) open(p place, data bool) (int, error) {
 	flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 	if !data {
 		flags |= unix.O_DIRECTORY
 	}
-	fd, err := unix.Open(p, flags|unix.O_NOATIME, 0)
+	open := unix.Open
+	if p.tree {
+		open = func(rel string, flags int, mode uint32) (int, error) { return d.fs.OpenFD(rel, flags, mode) }
+	}
+	fd, err := open(p.p, flags|unix.O_NOATIME, 0)
 	if errors.Is(err, syscall.EPERM) {
-		fd, err = unix.Open(p, flags, 0) // O_NOATIME needs ownership
+		fd, err = open(p.p, flags, 0) // O_NOATIME needs ownership
 	}
 	return fd, err
 }
@@ -224,7 +253,7 @@ func gone(err error) bool {
 }
 
 // syncFD fdatasyncs the file (data) or fsyncs the directory open as fd,
-// opened at p.
+// named p in errors.
 func syncFD(fd int, data bool, p string) error {
 	syncs.Add(1)
 	var err error

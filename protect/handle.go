@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/cmfs-project/cmfs/internal/at"
 	"github.com/cmfs-project/cmfs/journal"
 	"golang.org/x/sys/unix"
 )
@@ -49,10 +50,10 @@ func (c *Core) Prepare(rel string, empties bool) Prepared {
 		return Prepared{c: c}
 	}
 	var st syscall.Stat_t
-	if err := syscall.Lstat(c.abs(rel), &st); err != nil || st.Size == 0 {
+	if err := c.fs.Lstat(rel, &st); err != nil || st.Size == 0 {
 		return Prepared{c: c}
 	}
-	if _, cur, err := c.sumPath(c.abs(rel)); err == nil {
+	if _, cur, err := c.sumPath(rel); err == nil {
 		c.linkNames(rel, cur)
 	}
 	c.Gate.Lock()
@@ -102,7 +103,7 @@ func (h *Handle) Writes() bool { return h.write }
 // Create makes rel, exclusively, with flags and mode, owned by the
 // caller, and opens it. A file that exists fails with EEXIST.
 func (c *Core) Create(ctx context.Context, rel string, flags, mode uint32, cl Caller) (*Handle, error) {
-	abs, ex, err := c.admit(rel, syscall.EPERM)
+	ex, err := c.admit(rel, syscall.EPERM)
 	if err != nil {
 		return nil, err
 	}
@@ -120,17 +121,17 @@ func (c *Core) Create(ctx context.Context, rel string, flags, mode uint32, cl Ca
 	}
 	oflags, quiet := quietly(flags)
 	o.quiet = quiet && !ex
-	f, err := os.OpenFile(abs, oflags|os.O_CREATE|os.O_EXCL, fileMode(mode))
+	f, err := c.fs.Open(rel, oflags|os.O_CREATE|os.O_EXCL, mode&0o7777)
 	if err != nil {
 		done()
 		return nil, err
 	}
-	cl.own(abs)
+	cl.own(c.fs, rel)
 	// A new file is new content, even if it is never written to.
 	h, err := c.newHandle(f, rel, o)
 	if err != nil {
 		f.Close()
-		syscall.Unlink(abs)
+		c.fs.Unlink(rel)
 		done()
 		return nil, err
 	}
@@ -152,22 +153,10 @@ func quietly(flags uint32) (oflags int, quiet bool) {
 	return int(flags&^syscall.O_ACCMODE) | syscall.O_RDWR | syscall.O_NOATIME, true
 }
 
-// fileMode is the os.FileMode of the permission and set-id bits of mode:
-// os.FileMode(mode) would drop the set-id and sticky bits.
-func fileMode(mode uint32) os.FileMode {
-	m := os.FileMode(mode & 0o777)
-	for bit, fm := range map[uint32]os.FileMode{syscall.S_ISUID: os.ModeSetuid, syscall.S_ISGID: os.ModeSetgid, syscall.S_ISVTX: os.ModeSticky} {
-		if mode&bit != 0 {
-			m |= fm
-		}
-	}
-	return m
-}
-
 // Abort undoes a Create whose file the adapter could not take on.
 func (h *Handle) Abort(rel string) {
 	h.f.Close()
-	syscall.Unlink(h.c.abs(rel))
+	h.c.fs.Unlink(rel)
 	h.Release()
 }
 
@@ -179,11 +168,10 @@ func (h *Handle) Abort(rel string) {
 // O_TRUNC it is copied now, because with FUSE passthrough the writes
 // never pass through cmfs.
 func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prepared, id Identity) (*Handle, error) {
-	abs := c.abs(rel)
 	trunc := flags&syscall.O_TRUNC != 0
 	write := flags&syscall.O_ACCMODE != syscall.O_RDONLY || trunc
 	if !write || c.excluded(rel) {
-		f, err := os.OpenFile(abs, int(flags)|syscall.O_NOFOLLOW, 0)
+		f, err := c.fs.Open(rel, int(flags)|syscall.O_NOFOLLOW, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -198,11 +186,11 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 		return nil, err
 	}
 	var st syscall.Stat_t
-	if err := syscall.Lstat(abs, &st); err != nil {
+	if err := c.fs.Lstat(rel, &st); err != nil {
 		return nil, err
 	}
 	if !isReg(&st) || st.Size == 0 {
-		f, err := os.OpenFile(abs, int(flags)|syscall.O_NOFOLLOW, 0)
+		f, err := c.fs.Open(rel, int(flags)|syscall.O_NOFOLLOW, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -211,11 +199,11 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 	if !trunc {
 		// An in-place update: the original is copied before the kernel
 		// has the file.
-		orig, err := c.preserve(abs, copying(u, 0))
+		orig, err := c.preserve(rel, copying(u, 0))
 		if err != nil {
 			return nil, err
 		}
-		f, err := os.OpenFile(abs, int(flags)|syscall.O_NOFOLLOW, 0)
+		f, err := c.fs.Open(rel, int(flags)|syscall.O_NOFOLLOW, 0)
 		if err != nil {
 			c.undo(orig, "")
 			return nil, err
@@ -242,7 +230,7 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 	var undo func() error
 	if p.replace && u.Opens == 0 && c.treeLinks(&st) == 1 {
 		// O(1): keep the original inode in cmroot, put a new one in its place.
-		if orig, err = c.preserve(abs, byLink); err != nil {
+		if orig, err = c.preserve(rel, byLink); err != nil {
 			return nil, err
 		}
 		if err = c.intendOrig(slot, &in, rel, orig); err != nil {
@@ -250,7 +238,7 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 			return nil, err
 		}
 		var old string
-		if f, old, err = c.replace(abs, &st, flags); err != nil {
+		if f, old, err = c.replace(rel, &st, flags); err != nil {
 			c.undo(orig, "")
 			return nil, err
 		}
@@ -258,7 +246,7 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 		_, quiet = quietly(flags)
 		unswap := swapped(id, f)
 		undo = func() error {
-			if err := unix.Renameat2(unix.AT_FDCWD, old, unix.AT_FDCWD, abs, unix.RENAME_EXCHANGE); err != nil {
+			if err := c.exchange(old, rel); err != nil {
 				return err
 			}
 			unswap()
@@ -267,18 +255,23 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 	} else {
 		// Other handles or links must see the truncation: copy, then
 		// truncate in place.
-		if orig, err = c.preserve(abs, copying(u, 0)); err != nil {
+		if orig, err = c.preserve(rel, copying(u, 0)); err != nil {
 			return nil, err
 		}
 		if err = c.intendOrig(slot, &in, rel, orig); err != nil {
 			c.undo(orig, "")
 			return nil, err
 		}
-		if f, err = os.OpenFile(abs, int(flags)|syscall.O_NOFOLLOW, 0); err != nil {
+		if f, err = c.fs.Open(rel, int(flags)|syscall.O_NOFOLLOW, 0); err != nil {
 			c.undo(orig, "")
 			return nil, err
 		}
-		undo = func() error { return c.refill(orig, fmt.Sprintf("/proc/self/fd/%d", f.Fd())) }
+		undo = func() error {
+			// Through a descriptor of its own: f may append.
+			return c.refill(orig, func() (*os.File, error) {
+				return os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), os.O_WRONLY, 0)
+			})
+		}
 	}
 	// Truncated, the file is empty under all its names.
 	names := c.linkNames(rel, &st)
@@ -390,12 +383,11 @@ func (c *Core) newHandle(f *os.File, rel string, o handleOpts) (*Handle, error) 
 // empty inode put in its place (truncate to 0 by name, nothing open; id
 // is told), or copied.
 func (c *Core) Truncate(ctx context.Context, rel string, size uint64, h *Handle, u Use, p Prepared, id Identity) error {
-	abs := c.abs(rel)
 	apply := func() error {
 		if h != nil {
 			return h.f.Truncate(int64(size))
 		}
-		return syscall.Truncate(abs, int64(size))
+		return c.fs.Truncate(rel, int64(size))
 	}
 	if c.excluded(rel) {
 		return apply()
@@ -408,7 +400,7 @@ func (c *Core) Truncate(ctx context.Context, rel string, size uint64, h *Handle,
 	if h != nil {
 		err = syscall.Fstat(int(h.f.Fd()), &st)
 	} else {
-		err = syscall.Lstat(abs, &st)
+		err = c.fs.Lstat(rel, &st)
 	}
 	if err != nil {
 		return err
@@ -427,10 +419,10 @@ func (c *Core) Truncate(ctx context.Context, rel string, size uint64, h *Handle,
 	var orig *preserved
 	// undo puts the content back as it was; if it cannot, the change is
 	// journaled later (keep).
-	undo := func() error { return syscall.Truncate(abs, st.Size) }
+	undo := func() error { return c.fs.Truncate(rel, st.Size) }
 	if st.Size > 0 {
 		if p.replace && h == nil && size == 0 && u.Opens == 0 && c.treeLinks(&st) == 1 {
-			o, err := c.preserve(abs, byLink)
+			o, err := c.preserve(rel, byLink)
 			if err != nil {
 				return err
 			}
@@ -438,7 +430,7 @@ func (c *Core) Truncate(ctx context.Context, rel string, size uint64, h *Handle,
 				c.undo(o, "")
 				return err
 			}
-			nf, old, err := c.replace(abs, &st, syscall.O_RDONLY)
+			nf, old, err := c.replace(rel, &st, syscall.O_RDONLY)
 			if err != nil {
 				c.undo(o, "")
 				return err
@@ -447,7 +439,7 @@ func (c *Core) Truncate(ctx context.Context, rel string, size uint64, h *Handle,
 			defer nf.Close()
 			unswap := swapped(id, nf)
 			undo = func() error {
-				if err := unix.Renameat2(unix.AT_FDCWD, old, unix.AT_FDCWD, abs, unix.RENAME_EXCHANGE); err != nil {
+				if err := c.exchange(old, rel); err != nil {
 					return err
 				}
 				unswap()
@@ -460,7 +452,7 @@ func (c *Core) Truncate(ctx context.Context, rel string, size uint64, h *Handle,
 			if h != nil && h.write {
 				self = 1
 			}
-			o, err := c.preserve(abs, copying(u, self))
+			o, err := c.preserve(rel, copying(u, self))
 			if err != nil {
 				return err
 			}
@@ -470,7 +462,9 @@ func (c *Core) Truncate(ctx context.Context, rel string, size uint64, h *Handle,
 			}
 			orig = &o
 			if size < uint64(st.Size) {
-				undo = func() error { return c.refill(o, abs) }
+				undo = func() error {
+					return c.refill(o, func() (*os.File, error) { return c.fs.Open(rel, os.O_WRONLY, 0) })
+				}
 			}
 		}
 	}
@@ -483,7 +477,7 @@ func (c *Core) Truncate(ctx context.Context, rel string, size uint64, h *Handle,
 	sum := emptySum
 	var serr error
 	if size > 0 {
-		sum, _, serr = c.sumPath(abs)
+		sum, _, serr = c.sumPath(rel)
 	}
 	if serr == nil {
 		var o *journal.File
@@ -712,15 +706,16 @@ func (h *Handle) Release() {
 	h.slot = -1
 }
 
-// refill writes the preserved original p back into the file at abs, in
-// place: the undo of a truncation that could not be journaled.
-func (c *Core) refill(p preserved, abs string) error {
+// refill writes the preserved original p back, in place, into the file
+// open opens for writing: the undo of a truncation that could not be
+// journaled.
+func (c *Core) refill(p preserved, open func() (*os.File, error)) error {
 	src, err := c.cm.Open(p.CM)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	f, err := os.OpenFile(abs, os.O_WRONLY, 0)
+	f, err := open()
 	if err != nil {
 		return err
 	}
@@ -749,11 +744,11 @@ func (c *Core) tmpName(what string) string {
 	return filepath.Join(c.tmpDir, fmt.Sprintf("%s-%d-%d", what, os.Getpid(), tmpSeq.Add(1)))
 }
 
-// replace puts a new, empty inode with st's mode and owner at abs and
-// returns it opened with flags (quietly). The old inode is no longer at abs: it is
-// at old, in the temporary directory, until the caller removes it — or
-// exchanges it back to undo the replacement.
-func (c *Core) replace(abs string, st *syscall.Stat_t, flags uint32) (f *os.File, old string, err error) {
+// replace puts a new, empty inode with st's mode and owner at rel and
+// returns it opened with flags (quietly). The old inode is no longer at
+// rel: it is at old, in the temporary directory, until the caller removes
+// it — or exchanges it back to undo the replacement.
+func (c *Core) replace(rel string, st *syscall.Stat_t, flags uint32) (f *os.File, old string, err error) {
 	tmp := c.tmpName("replace")
 	oflags, _ := quietly(flags &^ (syscall.O_TRUNC | syscall.O_APPEND))
 	f, err = os.OpenFile(tmp, oflags|os.O_CREATE|os.O_EXCL, 0o600)
@@ -765,7 +760,7 @@ func (c *Core) replace(abs string, st *syscall.Stat_t, flags uint32) (f *os.File
 		err = syscall.Fchmod(fd, st.Mode&0o7777)
 	}
 	if err == nil {
-		err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, abs, unix.RENAME_EXCHANGE)
+		err = c.exchange(tmp, rel)
 	}
 	if err != nil {
 		f.Close()
@@ -773,4 +768,13 @@ func (c *Core) replace(abs string, st *syscall.Stat_t, flags uint32) (f *os.File
 		return nil, "", err
 	}
 	return f, tmp, nil
+}
+
+// exchange swaps the file at tmp, a path in the temporary directory, with
+// the tree's file rel (RENAME_EXCHANGE): both names stay, each now naming
+// the other's inode.
+func (c *Core) exchange(tmp, rel string) error {
+	return c.fs.With(rel, func(l at.Loc) error {
+		return unix.Renameat2(unix.AT_FDCWD, tmp, l.Dir, l.Name, unix.RENAME_EXCHANGE)
+	})
 }

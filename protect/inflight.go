@@ -453,12 +453,12 @@ func generic(t journal.Type) journal.Type {
 // effect, built from the tree as it is now; nil if it did not.
 func (c *Core) recovered(in intent) *journal.Event {
 	var st syscall.Stat_t
-	exists := func(rel string) bool { return syscall.Lstat(c.abs(rel), &st) == nil }
+	exists := func(rel string) bool { return c.fs.Lstat(rel, &st) == nil }
 	content := func(rel string) (journal.File, bool) {
 		if !exists(rel) || !isReg(&st) {
 			return journal.File{}, false
 		}
-		sum, cur, err := c.sumPath(c.abs(rel))
+		sum, cur, err := c.sumPath(rel)
 		if err != nil {
 			return journal.File{}, false
 		}

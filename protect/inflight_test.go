@@ -58,7 +58,7 @@ func TestRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cm.Close()
-	c := &Core{backing: backing, cm: cm, log: j}
+	c := &Core{backing: backing, fs: openTree(t, backing), cm: cm, log: j}
 
 	write := func(rel, content string) {
 		if err := os.WriteFile(filepath.Join(backing, rel), []byte(content), 0o644); err != nil {
@@ -67,7 +67,7 @@ func TestRecover(t *testing.T) {
 	}
 	// A delete that happened: the original moved into cmroot, no event.
 	write("s.db/t/p=1/gone", "old bytes")
-	gone, err := c.preserve(filepath.Join(backing, "s.db/t/p=1/gone"), byMove)
+	gone, err := c.preserve("s.db/t/p=1/gone", byMove)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,12 +3,13 @@ package protect
 import (
 	"io/fs"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/cmfs-project/cmfs/internal/at"
 
 	"github.com/cmfs-project/cmfs/journal"
 	"golang.org/x/sys/unix"
@@ -30,7 +31,7 @@ import (
 // linkIndex maps the inode of every multiply-linked regular file in the
 // protected tree to its names there.
 type linkIndex struct {
-	backing string
+	fs *at.Tree // the backing tree
 	// skip says a backing-relative path is not part of the protected
 	// tree (the state directory, cmroot, scratch space).
 	skip func(rel string) bool
@@ -53,8 +54,8 @@ type linkIndex struct {
 	size atomic.Int64
 }
 
-func newLinkIndex(backing string, skip func(string) bool, links func(*syscall.Stat_t) uint64) *linkIndex {
-	return &linkIndex{backing: backing, skip: skip, links: links}
+func newLinkIndex(fs *at.Tree, skip func(string) bool, links func(*syscall.Stat_t) uint64) *linkIndex {
+	return &linkIndex{fs: fs, skip: skip, links: links}
 }
 
 // lookup returns every tree name of the file st, which is known by rel
@@ -102,7 +103,7 @@ func (x *linkIndex) check(rel string, ino, want uint64) ([]string, bool) {
 // holds says whether the backing path of rel is the inode ino.
 func (x *linkIndex) holds(rel string, ino uint64) bool {
 	var st syscall.Stat_t
-	return syscall.Lstat(filepath.Join(x.backing, rel), &st) == nil && st.Ino == ino && st.Dev == x.dev
+	return x.fs.Lstat(rel, &st) == nil && st.Ino == ino && st.Dev == x.dev
 }
 
 func (x *linkIndex) set(ino uint64, names []string) {
@@ -120,20 +121,18 @@ func (x *linkIndex) set(ino uint64, names []string) {
 // walk rebuilds the index from the backing tree.
 func (x *linkIndex) walk() {
 	var root syscall.Stat_t
-	if err := syscall.Stat(x.backing, &root); err != nil {
+	if err := x.fs.Lstat("", &root); err != nil {
 		return
 	}
 	names := map[uint64][]string{}
 	links := map[uint64]uint64{}
-	filepath.WalkDir(x.backing, func(p string, d fs.DirEntry, err error) error {
+	x.fs.WalkDir("", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // raced with a removal, or unreadable: skip it
 		}
-		rel, _ := filepath.Rel(x.backing, p)
-		rel = filepath.ToSlash(rel)
-		if rel != "." && x.skip(rel) {
+		if rel != "" && x.skip(rel) {
 			if d.IsDir() {
-				return filepath.SkipDir
+				return fs.SkipDir
 			}
 			return nil
 		}
@@ -141,7 +140,7 @@ func (x *linkIndex) walk() {
 			return nil
 		}
 		var st syscall.Stat_t
-		if syscall.Lstat(p, &st) != nil || st.Nlink < 2 || st.Dev != root.Dev {
+		if x.fs.Lstat(rel, &st) != nil || st.Nlink < 2 || st.Dev != root.Dev {
 			return nil
 		}
 		names[st.Ino] = append(names[st.Ino], rel)

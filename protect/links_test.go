@@ -25,8 +25,8 @@ func linkTree(t *testing.T, files []string, links [][2]string) *Core {
 			t.Fatal(err)
 		}
 	}
-	c := &Core{backing: dir, exclude: []string{"_temporary"}, hidden: map[string]bool{".cmfs": true}}
-	c.links = newLinkIndex(dir, func(rel string) bool { return c.isHidden(rel) || c.excluded(rel) }, c.treeLinks)
+	c := &Core{backing: dir, fs: openTree(t, dir), exclude: []string{"_temporary"}, hidden: map[string]bool{".cmfs": true}}
+	c.links = newLinkIndex(c.fs, func(rel string) bool { return c.isHidden(rel) || c.excluded(rel) }, c.treeLinks)
 	for _, l := range links {
 		c.link(t, l[1], l[0])
 	}
@@ -226,7 +226,7 @@ func sameEvent(a, b *journal.Event) bool {
 // with one link.
 func BenchmarkLinkNamesSingleLink(b *testing.B) {
 	st := &syscall.Stat_t{Nlink: 1, Mode: syscall.S_IFREG | 0o644}
-	c := &Core{links: newLinkIndex(b.TempDir(), func(string) bool { return false }, nil)}
+	c := &Core{links: newLinkIndex(openTree(b, b.TempDir()), func(string) bool { return false }, nil)}
 	for b.Loop() {
 		if c.linkNames("d.db/t/a", st) != nil {
 			b.Fatal("names")

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/internal/at"
 	"github.com/cmfs-project/cmfs/journal"
 	"golang.org/x/sys/unix"
 )
@@ -28,18 +29,18 @@ type Caller struct {
 	Known    bool
 }
 
-// own gives the file at p the caller's owner. chown clears the set-id
-// bits of a file, even root's; the caller made the file with them, as its
-// owner, and keeps them, as natively.
-func (cl Caller) own(p string) {
+// own gives the file rel of t the caller's owner. chown clears the
+// set-id bits of a file, even root's; the caller made the file with them,
+// as its owner, and keeps them, as natively.
+func (cl Caller) own(t *at.Tree, rel string) {
 	if !cl.Known || os.Getuid() != 0 {
 		return
 	}
 	var st syscall.Stat_t
-	setid := syscall.Lstat(p, &st) == nil && st.Mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 &&
+	setid := t.Lstat(rel, &st) == nil && st.Mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 &&
 		st.Mode&syscall.S_IFMT != syscall.S_IFLNK
-	if syscall.Lchown(p, int(cl.Uid), int(cl.Gid)) == nil && setid {
-		syscall.Chmod(p, st.Mode&0o7777)
+	if t.Lchown(rel, int(cl.Uid), int(cl.Gid)) == nil && setid {
+		t.Chmod(rel, st.Mode&0o7777)
 	}
 }
 
@@ -59,12 +60,12 @@ func (c *Core) leaving(u Use, st *syscall.Stat_t, h how) how {
 
 // Mkdir makes the directory rel with mode, owned by the caller.
 func (c *Core) Mkdir(ctx context.Context, rel string, mode uint32, cl Caller) error {
-	abs, ex, err := c.admit(rel, syscall.EPERM)
+	ex, err := c.admit(rel, syscall.EPERM)
 	if err != nil {
 		return err
 	}
 	if ex {
-		return mkdir(abs, mode, cl)
+		return c.mkdir(rel, mode, cl)
 	}
 	in := intent{Type: journal.Mkdir, Path: rel}
 	slot, done, err := c.intend(&in)
@@ -72,11 +73,11 @@ func (c *Core) Mkdir(ctx context.Context, rel string, mode uint32, cl Caller) er
 		return err
 	}
 	defer done()
-	if err := mkdir(abs, mode, cl); err != nil {
+	if err := c.mkdir(rel, mode, cl); err != nil {
 		return err
 	}
 	if err := c.emit(ctx, dirEvent(true, rel)); err != nil {
-		if syscall.Rmdir(abs) != nil {
+		if c.fs.Rmdir(rel) != nil {
 			c.keep(slot, in)
 		}
 		return err
@@ -84,23 +85,23 @@ func (c *Core) Mkdir(ctx context.Context, rel string, mode uint32, cl Caller) er
 	return nil
 }
 
-func mkdir(abs string, mode uint32, cl Caller) error {
-	if err := syscall.Mkdir(abs, mode); err != nil {
+func (c *Core) mkdir(rel string, mode uint32, cl Caller) error {
+	if err := c.fs.Mkdir(rel, mode); err != nil {
 		return err
 	}
-	cl.own(abs)
+	cl.own(c.fs, rel)
 	return nil
 }
 
 // Rmdir removes the empty directory rel: one structural event (rm -r has
 // journaled a DELETE for every file below first).
 func (c *Core) Rmdir(ctx context.Context, rel string) error {
-	abs, ex, err := c.admit(rel, syscall.ENOENT)
+	ex, err := c.admit(rel, syscall.ENOENT)
 	if err != nil {
 		return err
 	}
 	if ex {
-		return syscall.Rmdir(abs)
+		return c.fs.Rmdir(rel)
 	}
 	in := intent{Type: journal.Rmdir, Path: rel}
 	slot, done, err := c.intend(&in)
@@ -109,15 +110,15 @@ func (c *Core) Rmdir(ctx context.Context, rel string) error {
 	}
 	defer done()
 	var st syscall.Stat_t
-	if err := syscall.Lstat(abs, &st); err != nil {
+	if err := c.fs.Lstat(rel, &st); err != nil {
 		return err
 	}
-	if err := syscall.Rmdir(abs); err != nil {
+	if err := c.fs.Rmdir(rel); err != nil {
 		return err
 	}
 	if err := c.emit(ctx, dirEvent(false, rel)); err != nil {
 		// Put the empty directory back as it was.
-		if syscall.Mkdir(abs, st.Mode&07777) != nil || syscall.Lchown(abs, int(st.Uid), int(st.Gid)) != nil {
+		if c.fs.Mkdir(rel, st.Mode&07777) != nil || c.fs.Lchown(rel, int(st.Uid), int(st.Gid)) != nil {
 			c.keep(slot, in)
 		}
 		return err
@@ -129,15 +130,15 @@ func (c *Core) Rmdir(ctx context.Context, rel string) error {
 // original goes to cmroot: moved there (the move is the unlink), or copied
 // when the inode can still change.
 func (c *Core) Unlink(ctx context.Context, rel string, u Use) error {
-	abs, ex, err := c.admit(rel, syscall.ENOENT)
+	ex, err := c.admit(rel, syscall.ENOENT)
 	if err != nil {
 		return err
 	}
 	if ex {
-		return syscall.Unlink(abs)
+		return c.fs.Unlink(rel)
 	}
 	var st syscall.Stat_t
-	if err := syscall.Lstat(abs, &st); err != nil {
+	if err := c.fs.Lstat(rel, &st); err != nil {
 		return err
 	}
 	in := intent{Type: journal.Delete, Path: rel}
@@ -145,7 +146,7 @@ func (c *Core) Unlink(ctx context.Context, rel string, u Use) error {
 	if isReg(&st) && h == byMove {
 		// The move is the unlink: the intent names its entry before it
 		// happens.
-		if sum, cur, err := c.sumPath(abs); err == nil {
+		if sum, cur, err := c.sumPath(rel); err == nil {
 			in.Orig = &journal.File{Path: rel, Size: cur.Size, XXH64: sum, CM: cmroot.Name(sum, cur.Size)}
 		}
 	}
@@ -155,37 +156,37 @@ func (c *Core) Unlink(ctx context.Context, rel string, u Use) error {
 	}
 	defer done()
 	if !isReg(&st) {
-		target, _ := os.Readlink(abs)
-		if err := syscall.Unlink(abs); err != nil {
+		target, _ := c.fs.Readlink(rel)
+		if err := c.fs.Unlink(rel); err != nil {
 			return err
 		}
 		if err := c.emit(ctx, fileEvent(journal.Delete, rel)); err != nil {
-			if st.Mode&syscall.S_IFMT != syscall.S_IFLNK || syscall.Symlink(target, abs) != nil {
+			if st.Mode&syscall.S_IFMT != syscall.S_IFLNK || c.fs.Symlink(target, rel) != nil {
 				c.keep(slot, in)
 			}
 			return err
 		}
 		return nil
 	}
-	orig, err := c.preserve(abs, h)
+	orig, err := c.preserve(rel, h)
 	if err != nil {
 		return err
 	}
 	orig.Path = rel
 	if err := c.intendOrig(slot, &in, rel, orig); err != nil {
-		if c.undo(orig, abs) != nil {
+		if c.undo(orig, rel) != nil {
 			c.keep(slot, in)
 		}
 		return err
 	}
 	if h != byMove {
-		if err := syscall.Unlink(abs); err != nil {
+		if err := c.fs.Unlink(rel); err != nil {
 			c.undo(orig, "")
 			return err
 		}
 	}
 	if err := c.emit(ctx, fileEvent(journal.Delete, rel, orig.File)); err != nil {
-		if c.undo(orig, abs) != nil {
+		if c.undo(orig, rel) != nil {
 			c.keep(slot, in)
 		}
 		return err
@@ -206,7 +207,6 @@ func (c *Core) Rename(ctx context.Context, oldRel, newRel string, flags uint32, 
 	if err := c.journalable(oldRel, newRel); err != nil {
 		return err
 	}
-	oldAbs, newAbs := c.abs(oldRel), c.abs(newRel)
 	oldEx, newEx := c.excluded(oldRel), c.excluded(newRel)
 	in := intent{Type: journal.Rename, Path: oldRel, NewPath: newRel}
 	switch {
@@ -228,13 +228,13 @@ func (c *Core) Rename(ctx context.Context, oldRel, newRel string, flags uint32, 
 	}
 
 	var src, tst syscall.Stat_t
-	if err := syscall.Lstat(oldAbs, &src); err != nil {
+	if err := c.fs.Lstat(oldRel, &src); err != nil {
 		return err
 	}
-	targetExists := syscall.Lstat(newAbs, &tst) == nil
+	targetExists := c.fs.Lstat(newRel, &tst) == nil
 	if targetExists && tst.Ino == src.Ino && tst.Dev == src.Dev && flags&unix.RENAME_EXCHANGE == 0 {
 		// Two names of one inode: rename(2) does nothing, and so do we.
-		return unix.Renameat2(unix.AT_FDCWD, oldAbs, unix.AT_FDCWD, newAbs, uint(flags))
+		return c.fs.Rename(oldRel, newRel, uint(flags))
 	}
 	// Leaving the protected tree for scratch space is a delete: keep the
 	// originals before they become unprotected.
@@ -242,7 +242,7 @@ func (c *Core) Rename(ctx context.Context, oldRel, newRel string, flags uint32, 
 	var kept []preserved
 	if !oldEx && newEx {
 		var err error
-		if events, kept, err = c.preserveTree(oldAbs, oldRel); err != nil {
+		if events, kept, err = c.preserveTree(oldRel); err != nil {
 			return err
 		}
 	}
@@ -250,7 +250,7 @@ func (c *Core) Rename(ctx context.Context, oldRel, newRel string, flags uint32, 
 	var replaced *preserved
 	if flags&unix.RENAME_NOREPLACE == 0 && flags&unix.RENAME_EXCHANGE == 0 && !newEx &&
 		targetExists && isReg(&tst) && src.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		p, err := c.preserve(newAbs, c.leaving(target, &tst, byLink))
+		p, err := c.preserve(newRel, c.leaving(target, &tst, byLink))
 		if err != nil {
 			c.undoAll(kept)
 			return err
@@ -269,7 +269,7 @@ func (c *Core) Rename(ctx context.Context, oldRel, newRel string, flags uint32, 
 	if targetExists && !newEx && flags&(unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE) == 0 &&
 		tst.Mode&syscall.S_IFMT != syscall.S_IFDIR && c.tmpDir != "" {
 		hold = c.tmpName("hold")
-		if err := syscall.Link(newAbs, hold); err != nil {
+		if err := c.fs.With(newRel, func(l at.Loc) error { return unix.Linkat(l.Dir, l.Name, unix.AT_FDCWD, hold, 0) }); err != nil {
 			if replaced != nil {
 				c.undo(*replaced, "")
 			}
@@ -278,7 +278,7 @@ func (c *Core) Rename(ctx context.Context, oldRel, newRel string, flags uint32, 
 		}
 		defer os.Remove(hold)
 	}
-	if err := unix.Renameat2(unix.AT_FDCWD, oldAbs, unix.AT_FDCWD, newAbs, uint(flags)); err != nil {
+	if err := c.fs.Rename(oldRel, newRel, uint(flags)); err != nil {
 		if replaced != nil {
 			c.undo(*replaced, "")
 		}
@@ -287,7 +287,7 @@ func (c *Core) Rename(ctx context.Context, oldRel, newRel string, flags uint32, 
 	}
 	// fail undoes the rename after err, or keeps its intent if it cannot.
 	fail := func(err error) error {
-		if c.unrename(oldAbs, newAbs, flags, targetExists, &tst, hold, replaced) != nil {
+		if c.unrename(oldRel, newRel, flags, targetExists, &tst, hold, replaced) != nil {
 			c.keep(slot, in)
 			return err
 		}
@@ -308,7 +308,7 @@ func (c *Core) Rename(ctx context.Context, oldRel, newRel string, flags uint32, 
 	case oldEx:
 		// Arriving from scratch space: the content is new to the tree.
 		var err error
-		if events, err = c.arrivals(newAbs, newRel); err != nil {
+		if events, err = c.arrivals(newRel); err != nil {
 			return fail(err)
 		}
 		if restoring(oldRel) {
@@ -326,7 +326,7 @@ func (c *Core) Rename(ctx context.Context, oldRel, newRel string, flags uint32, 
 	default:
 		e := renameEvent(oldRel, newRel, &src)
 		if isReg(&src) {
-			sum, st, err := c.sumPath(newAbs)
+			sum, st, err := c.sumPath(newRel)
 			if err != nil {
 				return fail(err)
 			}
@@ -346,30 +346,32 @@ func (c *Core) Rename(ctx context.Context, oldRel, newRel string, flags uint32, 
 	return nil
 }
 
-// unrename undoes a rename of oldAbs to newAbs: the renamed object goes
+// unrename undoes a rename of oldRel to newRel: the renamed object goes
 // back, and what it replaced (st, when existed) is put back from hold,
 // its second name, or else from its cmroot entry replaced.
-func (c *Core) unrename(oldAbs, newAbs string, flags uint32, existed bool, st *syscall.Stat_t, hold string, replaced *preserved) error {
+func (c *Core) unrename(oldRel, newRel string, flags uint32, existed bool, st *syscall.Stat_t, hold string, replaced *preserved) error {
 	if flags&unix.RENAME_EXCHANGE != 0 {
-		return unix.Renameat2(unix.AT_FDCWD, newAbs, unix.AT_FDCWD, oldAbs, unix.RENAME_EXCHANGE)
+		return c.fs.Rename(newRel, oldRel, unix.RENAME_EXCHANGE)
 	}
-	if err := unix.Renameat2(unix.AT_FDCWD, newAbs, unix.AT_FDCWD, oldAbs, unix.RENAME_NOREPLACE); err != nil {
+	if err := c.fs.Rename(newRel, oldRel, unix.RENAME_NOREPLACE); err != nil {
 		return err
 	}
 	switch {
 	case !existed:
 		return nil
 	case hold != "":
-		return unix.Renameat2(unix.AT_FDCWD, hold, unix.AT_FDCWD, newAbs, unix.RENAME_NOREPLACE)
+		return c.fs.With(newRel, func(l at.Loc) error {
+			return unix.Renameat2(unix.AT_FDCWD, hold, l.Dir, l.Name, unix.RENAME_NOREPLACE)
+		})
 	case st.Mode&syscall.S_IFMT == syscall.S_IFDIR:
-		if err := syscall.Mkdir(newAbs, st.Mode&07777); err != nil {
+		if err := c.fs.Mkdir(newRel, st.Mode&07777); err != nil {
 			return err
 		}
-		return syscall.Lchown(newAbs, int(st.Uid), int(st.Gid))
+		return c.fs.Lchown(newRel, int(st.Uid), int(st.Gid))
 	case replaced != nil:
-		return c.cm.Restore(replaced.CM, newAbs)
+		return c.fs.WithPath(newRel, func(p string) error { return c.cm.Restore(replaced.CM, p) })
 	}
-	return fmt.Errorf("rename: cannot put back what %s replaced", newAbs)
+	return fmt.Errorf("rename: cannot put back what %s replaced", newRel)
 }
 
 // renameEvent types a rename by what moved: a database, table or
@@ -396,7 +398,7 @@ func renameEvent(oldRel, newRel string, st *syscall.Stat_t) *journal.Event {
 // Link gives the file at oldRel, a name in the tree, the new name rel,
 // and returns the file's attributes.
 func (c *Core) Link(ctx context.Context, oldRel, rel string) (*syscall.Stat_t, error) {
-	abs, ex, err := c.admit(rel, syscall.EPERM)
+	ex, err := c.admit(rel, syscall.EPERM)
 	if err != nil {
 		return nil, err
 	}
@@ -410,12 +412,12 @@ func (c *Core) Link(ctx context.Context, oldRel, rel string) (*syscall.Stat_t, e
 		}
 		defer done()
 	}
-	if err := syscall.Link(c.abs(oldRel), abs); err != nil {
+	if err := c.fs.Link(oldRel, rel); err != nil {
 		return nil, err
 	}
 	var st syscall.Stat_t
-	if err := syscall.Lstat(abs, &st); err != nil {
-		syscall.Unlink(abs)
+	if err := c.fs.Lstat(rel, &st); err != nil {
+		c.fs.Unlink(rel)
 		return nil, err
 	}
 	c.linkedName(oldRel, rel, &st)
@@ -425,15 +427,15 @@ func (c *Core) Link(ctx context.Context, oldRel, rel string) (*syscall.Stat_t, e
 	e := fileEvent(journal.Link, oldRel)
 	e.NewPath = rel
 	if isReg(&st) {
-		sum, cur, err := c.sumPath(abs)
+		sum, cur, err := c.sumPath(rel)
 		if err != nil {
-			syscall.Unlink(abs)
+			c.fs.Unlink(rel)
 			return nil, err
 		}
 		e.Files = []journal.File{{Path: rel, Size: cur.Size, XXH64: sum}}
 	}
 	if err := c.emit(ctx, e); err != nil {
-		syscall.Unlink(abs)
+		c.fs.Unlink(rel)
 		return nil, err
 	}
 	return &st, nil
@@ -441,7 +443,7 @@ func (c *Core) Link(ctx context.Context, oldRel, rel string) (*syscall.Stat_t, e
 
 // Symlink makes rel a symbolic link to target, owned by the caller.
 func (c *Core) Symlink(ctx context.Context, target, rel string, cl Caller) error {
-	abs, ex, err := c.admit(rel, syscall.EPERM)
+	ex, err := c.admit(rel, syscall.EPERM)
 	if err != nil {
 		return err
 	}
@@ -449,30 +451,30 @@ func (c *Core) Symlink(ctx context.Context, target, rel string, cl Caller) error
 		return syscall.EILSEQ
 	}
 	if ex {
-		return symlink(target, abs, cl)
+		return c.symlink(target, rel, cl)
 	}
 	_, done, err := c.intend(&intent{Type: journal.Symlink, Path: rel, Target: target})
 	if err != nil {
 		return err
 	}
 	defer done()
-	if err := symlink(target, abs, cl); err != nil {
+	if err := c.symlink(target, rel, cl); err != nil {
 		return err
 	}
 	e := fileEvent(journal.Symlink, rel)
 	e.Target = target
 	if err := c.emit(ctx, e); err != nil {
-		syscall.Unlink(abs)
+		c.fs.Unlink(rel)
 		return err
 	}
 	return nil
 }
 
-func symlink(target, abs string, cl Caller) error {
-	if err := syscall.Symlink(target, abs); err != nil {
+func (c *Core) symlink(target, rel string, cl Caller) error {
+	if err := c.fs.Symlink(target, rel); err != nil {
 		return err
 	}
-	cl.own(abs)
+	cl.own(c.fs, rel)
 	return nil
 }
 

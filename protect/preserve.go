@@ -2,8 +2,6 @@ package protect
 
 import (
 	"io/fs"
-	"os"
-	"path"
 	"path/filepath"
 	"syscall"
 
@@ -28,10 +26,10 @@ type preserved struct {
 	moved   bool // the original left its path
 }
 
-// preserve keeps the regular file at abs in cmroot.
-func (c *Core) preserve(abs string, h how) (preserved, error) {
+// preserve keeps the regular file rel in cmroot.
+func (c *Core) preserve(rel string, h how) (preserved, error) {
 	if h == byCopy || h == byCopyIdle {
-		f, err := openNoAtime(abs)
+		f, err := openNoAtime(c.fs, rel)
 		if err != nil {
 			return preserved{}, err
 		}
@@ -52,11 +50,16 @@ func (c *Core) preserve(abs string, h how) (preserved, error) {
 		}
 		return preserved{File: journal.File{Size: size, XXH64: sum, CM: name}, created: created}, nil
 	}
-	sum, st, err := c.sumPath(abs)
+	sum, st, err := c.sumPath(rel)
 	if err != nil {
 		return preserved{}, err
 	}
-	name, created, err := c.cm.Preserve(abs, sum, st.Size, h == byMove)
+	var name string
+	var created bool
+	err = c.fs.WithPath(rel, func(p string) (err error) {
+		name, created, err = c.cm.Preserve(p, sum, st.Size, h == byMove)
+		return err
+	})
 	if err != nil {
 		return preserved{}, err
 	}
@@ -64,14 +67,17 @@ func (c *Core) preserve(abs string, h how) (preserved, error) {
 }
 
 // undo reverses a preservation whose operation failed: a moved original
-// goes back to abs, a new entry is dropped. An error means the original
-// is not back at abs (it is still in cmroot).
-func (c *Core) undo(p preserved, abs string) error {
-	if p.moved && abs != "" {
-		if p.created {
-			return c.cm.Unpreserve(p.CM, abs)
-		}
-		return c.cm.Restore(p.CM, abs) // the entry predates us: copy it back
+// goes back to rel ("": the original stays where it is), a new entry is
+// dropped. An error means the original is not back at rel (it is still
+// in cmroot).
+func (c *Core) undo(p preserved, rel string) error {
+	if p.moved && rel != "" {
+		return c.fs.WithPath(rel, func(abs string) error {
+			if p.created {
+				return c.cm.Unpreserve(p.CM, abs)
+			}
+			return c.cm.Restore(p.CM, abs) // the entry predates us: copy it back
+		})
 	}
 	if p.created {
 		c.cm.Drop(p.CM)
@@ -85,20 +91,20 @@ func (c *Core) undoAll(ps []preserved) {
 	}
 }
 
-// preserveTree keeps every regular file under abs (a file or a directory)
-// before it leaves the protected tree, and returns the events that record
-// its departure.
-func (c *Core) preserveTree(abs, rel string) ([]*journal.Event, []preserved, error) {
+// preserveTree keeps every regular file under rel (a file or a
+// directory) before it leaves the protected tree, and returns the events
+// that record its departure.
+func (c *Core) preserveTree(rel string) ([]*journal.Event, []preserved, error) {
 	var events []*journal.Event
 	var kept []preserved
 	var dirs []string
-	err := c.walk(abs, rel, func(p, prel string, d fs.DirEntry) error {
+	err := c.walk(rel, func(prel string, d fs.DirEntry) error {
 		switch {
 		case d.IsDir():
 			dirs = append(dirs, prel)
 		case d.Type().IsRegular():
 			// The file lives on, unprotected, in scratch space: copy it.
-			pr, err := c.preserve(p, byCopy)
+			pr, err := c.preserve(prel, byCopy)
 			if err != nil {
 				return err
 			}
@@ -121,22 +127,22 @@ func (c *Core) preserveTree(abs, rel string) ([]*journal.Event, []preserved, err
 }
 
 // arrivals returns the events for a file or directory tree that just
-// arrived at abs from scratch space: its directories and its content are
+// arrived at rel from scratch space: its directories and its content are
 // new to the protected tree.
-func (c *Core) arrivals(abs, rel string) ([]*journal.Event, error) {
+func (c *Core) arrivals(rel string) ([]*journal.Event, error) {
 	var events []*journal.Event
-	err := c.walk(abs, rel, func(p, prel string, d fs.DirEntry) error {
+	err := c.walk(rel, func(prel string, d fs.DirEntry) error {
 		switch {
 		case d.IsDir():
 			events = append(events, dirEvent(true, prel))
 		case d.Type().IsRegular():
-			sum, st, err := c.sumPath(p)
+			sum, st, err := c.sumPath(prel)
 			if err != nil {
 				return err
 			}
 			events = append(events, fileEvent(journal.Write, prel, journal.File{Path: prel, Size: st.Size, XXH64: sum}))
 		case d.Type()&fs.ModeSymlink != 0:
-			target, _ := os.Readlink(p)
+			target, _ := c.fs.Readlink(prel)
 			e := fileEvent(journal.Symlink, prel)
 			e.Target = target
 			events = append(events, e)
@@ -146,22 +152,20 @@ func (c *Core) arrivals(abs, rel string) ([]*journal.Event, error) {
 	return events, err
 }
 
-// walk calls fn for abs (mount-relative rel) and everything below it,
-// leaving out scratch space.
-func (c *Core) walk(abs, rel string, fn func(p, prel string, d fs.DirEntry) error) error {
-	return filepath.WalkDir(abs, func(p string, d fs.DirEntry, err error) error {
+// walk calls fn for rel and everything below it, leaving out scratch
+// space.
+func (c *Core) walk(rel string, fn func(prel string, d fs.DirEntry) error) error {
+	return c.fs.WalkDir(rel, func(prel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		sub, _ := filepath.Rel(abs, p)
-		prel := path.Join(rel, filepath.ToSlash(sub))
 		if c.excluded(prel) {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}
 			return nil
 		}
-		return fn(p, prel, d)
+		return fn(prel, d)
 	})
 }
 

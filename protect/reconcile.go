@@ -3,8 +3,6 @@ package protect
 import (
 	"context"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
@@ -117,18 +115,16 @@ func (c *Core) reconcile(ctx context.Context, recovered []*journal.Event, newest
 	// present is the content the tree holds, as reconciled: a last word
 	// missing at its path but found here was moved, not lost.
 	present := map[journal.LastWord]bool{}
-	err = filepath.WalkDir(c.backing, func(p string, d fs.DirEntry, err error) error {
+	err = c.fs.WalkDir("", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // raced with a removal, or unreadable: skip it
 		}
-		rel, _ := filepath.Rel(c.backing, p)
-		rel = filepath.ToSlash(rel)
-		if rel == "." {
+		if rel == "" {
 			return nil
 		}
 		if c.isHidden(rel) || c.excluded(rel) {
 			if d.IsDir() {
-				return filepath.SkipDir
+				return fs.SkipDir
 			}
 			return nil
 		}
@@ -136,7 +132,7 @@ func (c *Core) reconcile(ctx context.Context, recovered []*journal.Event, newest
 			// No event can carry the name, and the mount refuses it: it
 			// was made behind the mount's back.
 			if d.IsDir() {
-				return filepath.SkipDir
+				return fs.SkipDir
 			}
 			return nil
 		}
@@ -145,14 +141,14 @@ func (c *Core) reconcile(ctx context.Context, recovered []*journal.Event, newest
 			return nil
 		}
 		var st syscall.Stat_t
-		if syscall.Lstat(p, &st) != nil {
+		if c.fs.Lstat(rel, &st) != nil {
 			return nil
 		}
 		r.walked++
 		w, named := words[rel]
 		recent := !time.Unix(st.Ctim.Sec, st.Ctim.Nsec).Before(after)
 		if typ&fs.ModeSymlink != 0 {
-			target, err := os.Readlink(p)
+			target, err := c.fs.Readlink(rel)
 			if err != nil || !utf8.ValidString(target) {
 				return nil
 			}
@@ -181,7 +177,7 @@ func (c *Core) reconcile(ctx context.Context, recovered []*journal.Event, newest
 		if !named && !recent {
 			return nil // predates the journal
 		}
-		sum, cur, err := c.sumPath(p)
+		sum, cur, err := c.sumPath(rel)
 		if err != nil {
 			return nil // gone or unreadable since the walk: left as it is
 		}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/cmfs-project/cmfs/cmroot"
+	"github.com/cmfs-project/cmfs/internal/at"
 	"github.com/cmfs-project/cmfs/journal"
 )
 
@@ -95,8 +96,16 @@ func TailCheck(opts Options, cmrootDir string, report *TailReport) func(tail []*
 		if err != nil {
 			backing = opts.Backing
 		}
+		fs, err := at.Open(backing)
+		if err != nil {
+			// No tree to look at: what the tail names cannot be borne
+			// out, and the mount fails on the backing directory.
+			fs = nil
+		} else {
+			defer fs.Close()
+		}
 		tc := &tailCheck{
-			backing: backing,
+			fs:      fs,
 			cmroot:  cmrootDir,
 			paths:   map[string]*onDisk{},
 			entries: map[string]string{},
@@ -142,9 +151,10 @@ type onDisk struct {
 }
 
 type tailCheck struct {
-	backing, cmroot string
-	paths           map[string]*onDisk
-	entries         map[string]string // cmroot entry → "" when sound, else why not
+	fs      *at.Tree // the backing tree; nil when it cannot be opened
+	cmroot  string
+	paths   map[string]*onDisk
+	entries map[string]string // cmroot entry → "" when sound, else why not
 
 	// The fold of the prefix so far: what it says of every path it
 	// names, how many named paths lie below each directory, and the
@@ -341,11 +351,12 @@ func (tc *tailCheck) look(p string) *onDisk {
 	if d, ok := tc.paths[p]; ok {
 		return d
 	}
-	d := &onDisk{}
-	abs := filepath.Join(tc.backing, filepath.FromSlash(p))
-	d.err = syscall.Lstat(abs, &d.st)
+	d := &onDisk{err: syscall.ENOENT}
+	if tc.fs != nil {
+		d.err = tc.fs.Lstat(p, &d.st)
+	}
 	if d.err == nil && d.st.Mode&syscall.S_IFMT == syscall.S_IFLNK {
-		d.target, _ = os.Readlink(abs)
+		d.target, _ = tc.fs.Readlink(p)
 	}
 	tc.paths[p] = d
 	return d
@@ -357,7 +368,7 @@ func (tc *tailCheck) hash(p string, d *onDisk) {
 		return
 	}
 	d.hashed = true
-	_, d.sum, d.sumErr = hashPath(filepath.Join(tc.backing, filepath.FromSlash(p)))
+	_, d.sum, d.sumErr = hashFile(openNoAtime(tc.fs, p))
 }
 
 // entry says why the cmroot entry f.CM does not hold f's content, ""
@@ -392,7 +403,7 @@ func checkEntry(dir string, f journal.File) string {
 	if st.Size != f.Size {
 		return fmt.Sprintf("%d bytes, want %d", st.Size, f.Size)
 	}
-	_, sum, err := hashPath(p)
+	_, sum, err := hashFile(openNoAtimeWith(func(flags int) (*os.File, error) { return os.OpenFile(p, flags, 0) }))
 	if err != nil {
 		return err.Error()
 	}
@@ -402,9 +413,9 @@ func checkEntry(dir string, f journal.File) string {
 	return ""
 }
 
-// hashPath returns the size and xxh64 of the regular file at p.
-func hashPath(p string) (int64, string, error) {
-	f, err := openNoAtime(p)
+// hashFile returns the size and xxh64 of the regular file f, opened with
+// err, and closes it.
+func hashFile(f *os.File, err error) (int64, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
