@@ -16,6 +16,7 @@ all: build
 build:
 	$(GO) build -buildvcs=auto -o bin/cmfs ./cmd/cmfs
 	$(GO) build -buildvcs=auto -o bin/replicad ./cmd/replicad
+	$(GO) build -buildvcs=auto -o bin/mount.fuse.cmfs ./cmd/mount.fuse.cmfs
 
 # Where make install puts things: PREFIX/bin, PREFIX/share/man/man1,
 # PREFIX/share/{bash-completion,zsh,fish}/…, PREFIX/lib/systemd/system,

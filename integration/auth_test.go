@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
@@ -161,6 +162,9 @@ func TestReplicadAuth(t *testing.T) {
 		{src.Addr, &replpb.Source_ServiceDesc},
 		{node.Addr, &replpb.Source_ServiceDesc},
 		{node.Addr, &containerpb.Container_ServiceDesc},
+		// The health service a service manager's probe uses.
+		{src.Addr, &healthpb.Health_ServiceDesc},
+		{node.Addr, &healthpb.Health_ServiceDesc},
 	} {
 		for _, token := range []string{"", randomToken(t)} {
 			for _, method := range methods(svc.desc) {
@@ -172,6 +176,11 @@ func TestReplicadAuth(t *testing.T) {
 	}
 	if code := rawCall(t, src.Addr, tok, &replpb.Source_ServiceDesc, "Status"); code != codes.OK {
 		t.Errorf("Status with the token: %v", code)
+	}
+	for _, addr := range []string{src.Addr, node.Addr} {
+		if code := rawCall(t, addr, tok, &healthpb.Health_ServiceDesc, "Check"); code != codes.OK {
+			t.Errorf("%s Health.Check with the token: %v", addr, code)
+		}
 	}
 
 	// Root, with the token file, gets the file and the original.

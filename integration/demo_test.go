@@ -53,7 +53,7 @@ func TestDemo(t *testing.T) {
 	if _, err := os.Stat(m[1]); !os.IsNotExist(err) {
 		t.Errorf("demo left %s behind (stat: %v)", m[1], err)
 	}
-	if pids := inDir(m[1]); len(pids) > 0 {
+	if pids := processesIn(m[1]); len(pids) > 0 {
 		t.Errorf("demo left processes %v running in or on %s; killing them", pids, m[1])
 		for _, pid := range pids {
 			syscall.Kill(pid, syscall.SIGKILL)
@@ -61,9 +61,9 @@ func TestDemo(t *testing.T) {
 	}
 }
 
-// inDir returns the processes whose working directory is dir or below
+// processesIn returns the processes whose working directory is dir or below
 // it (deleted or not), or whose command line names a path in it.
-func inDir(dir string) []int {
+func processesIn(dir string) []int {
 	byArgs := procfs.PIDs(func(args []string) bool {
 		return slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, dir) })
 	})

@@ -18,7 +18,13 @@
 //     which CI must have);
 //   - operations: `make install` into a temporary PREFIX and `make
 //     uninstall` from it (TestMakeInstall, which needs no FUSE), and
-//     scripts/demo.sh, the story `make demo` tells (TestDemo).
+//     scripts/demo.sh, the story `make demo` tells (TestDemo); both
+//     daemons under a fake systemd notify socket (TestSystemdMount,
+//     TestSystemdServe, TestUnitExecStart), dist/systemd's units through
+//     systemd-analyze verify (TestUnitFiles; needs systemd, which CI
+//     must have), and mount(8) with the fuse.cmfs helper linked into
+//     /sbin for the test's length: mount -t, an fstab line, umount
+//     (TestMountHelper).
 //
 // The tests need /dev/fuse and root: without them every test skips with
 // the reason, and with CI=true in the environment such a skip is a

@@ -72,7 +72,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	moduleRoot = root
-	dir, err := os.MkdirTemp("", "cmfs-integration-bin-")
+	dir, err := os.MkdirTemp("", binDirPrefix)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration:", err)
 		return 1
@@ -97,6 +97,10 @@ func run(m *testing.M) int {
 	os.Setenv(tokenEnv, tokenFile)
 	return m.Run()
 }
+
+// binDirPrefix starts the name of the directory TestMain builds the
+// binaries in.
+const binDirPrefix = "cmfs-integration-bin-"
 
 // tokenEnv names replicad's token file when --token-file is not given.
 const tokenEnv = "REPLICAD_TOKEN_FILE"

@@ -231,6 +231,13 @@ type proc struct {
 // files, so a process that is killed leaves nothing blocking.
 func startProc(t testing.TB, name string, args ...string) *proc {
 	t.Helper()
+	return startProcEnv(t, nil, name, args...)
+}
+
+// startProcEnv is startProc with env added to this process's
+// environment.
+func startProcEnv(t testing.TB, env []string, name string, args ...string) *proc {
+	t.Helper()
 	dir := t.TempDir()
 	p := &proc{
 		name:   filepath.Base(name) + " " + strings.Join(args, " "),
@@ -249,6 +256,9 @@ func startProc(t testing.TB, name string, args ...string) *proc {
 	}
 	p.cmd = exec.Command(name, args...)
 	p.cmd.Stdout, p.cmd.Stderr = out, errf
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	if err := p.cmd.Start(); err != nil {
 		out.Close()
 		errf.Close()

@@ -33,6 +33,11 @@ if [ "$for" = ci ]; then
 	# The status page of replicad serve --http is tested in headless
 	# Chromium (TestStatusPage): Debian's chromium, without its recommends.
 	command -v chromium >/dev/null || missing+=(chromium)
+	# dist/systemd's units are checked with systemd-analyze verify
+	# (TestUnitFiles); mount(8) and umount(8) run the fstab tests
+	# (TestMountHelper).
+	command -v systemd-analyze >/dev/null || missing+=(systemd)
+	command -v mount >/dev/null || missing+=(mount)
 	# The benchmarks build libfuse's passthrough_ll; the tests don't need these,
 	# but they are cheap.
 	dpkg -s libfuse3-dev >/dev/null 2>&1 || missing+=(libfuse3-dev)

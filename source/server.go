@@ -139,6 +139,11 @@ func NewServer(cfg Config) (*Server, error) {
 // Config returns the configuration with every default filled in.
 func (s *Server) Config() Config { return s.cfg }
 
+// RegisterService registers another service on the server's own gRPC
+// server, behind the same token, for Serve and ListenAndServe (the health
+// service serve's service manager probes): call it before Serve.
+func (s *Server) RegisterService(desc *grpc.ServiceDesc, impl any) { s.srv.RegisterService(desc, impl) }
+
 // realDir returns the absolute, symlink-free path of an existing directory.
 func realDir(what, p string) (string, error) {
 	abs, err := filepath.Abs(p)

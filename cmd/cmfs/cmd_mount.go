@@ -17,15 +17,18 @@ import (
 	"runtime/trace"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/control"
 	"github.com/cmfs-project/cmfs/fusefs"
 	"github.com/cmfs-project/cmfs/internal/statedir"
+	"github.com/cmfs-project/cmfs/internal/systemd"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/protect"
 	"github.com/cmfs-project/cmfs/upkeep"
@@ -39,6 +42,7 @@ type mountOptions struct {
 	noDefaultExcludes bool
 	options           []string
 	daemon            bool
+	readyTimeout      time.Duration
 	debug             bool
 	journalReserve    cli.ByteSize
 	sync              string
@@ -62,9 +66,14 @@ latency, intents in flight, what recovery found and the --sync mode
 it where only those who may see these numbers can reach it.
 
 The mount runs in the foreground until SIGINT/SIGTERM or until it is
-unmounted (cmfs umount), then exits 0 with everything flushed. With
---daemon it runs in the background and the command returns once the
-mount is ready; the background process logs to STATE/cmfs.log.`,
+unmounted (cmfs umount, or umount(8)), then exits 0 with everything
+flushed. With --daemon it runs in the background and the command returns
+once the mount is ready; the background process logs to STATE/cmfs.log.
+
+Under systemd (Type=notify: NOTIFY_SOCKET set) the foreground mount
+reports READY=1 once the mount answers through FUSE, STATUS= lines on
+the way, and STOPPING=1 as it begins to unmount; with WatchdogSec= it
+sends WATCHDOG=1 while a statfs through the mount answers.`,
 		Example: `  cmfs mount /data/warehouse /mnt/warehouse
   cmfs mount --daemon --retain 72h --exclude '_tmp*' -o allow_other /data/warehouse /mnt/warehouse
   cmfs mount --daemon --metrics 127.0.0.1:9880 /data/warehouse /mnt/warehouse`,
@@ -81,6 +90,7 @@ mount is ready; the background process logs to STATE/cmfs.log.`,
 	f.BoolVar(&opts.noDefaultExcludes, "no-default-excludes", false, "protect engine scratch paths too ("+strings.Join(statedir.DefaultExcludes, ", ")+")")
 	f.StringArrayVarP(&opts.options, "options", "o", nil, "mount `OPTS`, comma separated (allow_other implies default_permissions)")
 	f.BoolVar(&opts.daemon, "daemon", false, "run in the background; return once the mount is ready")
+	f.DurationVar(&opts.readyTimeout, "ready-timeout", daemonTimeout, "with --daemon, stop the mount if it is not ready within this long (0: wait as long as it works toward it: recovery after a power loss may take long)")
 	f.BoolVar(&opts.debug, "debug", false, "log every FUSE request (implies --log-level debug)")
 	opts.journalReserve = journal.DefaultReserve
 	f.Var(&opts.journalReserve, "journal-reserve", "space kept allocated for the journal; changes are refused (ENOSPC) while it cannot be kept")
@@ -319,6 +329,7 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 	if lost {
 		tail = &protect.TailReport{}
 	}
+	notifyStatus(log, "opening the journal in "+cfg.State)
 	j, err := openMountJournal(ctx, plan, tail)
 	if err != nil {
 		return err
@@ -380,6 +391,11 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 	// (Mount returns after go-fuse's own first requests): that is what
 	// "ready" means to `mount --daemon` and to scripts, and a kill -9
 	// before it cannot leave the process waiting on its own mount.
+	if lost {
+		notifyStatus(log, "recovering after an unclean stop and a reboot: judging the journal's tail, reconciling the tree; then mounting "+plan.mountpoint)
+	} else {
+		notifyStatus(log, "recovering and mounting "+plan.mountpoint)
+	}
 	server, rec, err := fusefs.Mount(plan.mountpoint, cfg, j, store)
 	if f := rec.Findings(cfg.State); f != "" {
 		// What recovery found is for the operator (--daemon copies it).
@@ -425,6 +441,38 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 		}
 		return err
 	}
+	// Under systemd, ready means the mount answers: a statfs through FUSE
+	// (the kernel always asks the daemon) finds it, from this process as a
+	// unit ordered after this one would.
+	probe := answerProbe{mnt: plan.mountpoint}
+	// The watchdog stops as the unmount begins: a busy mount, detached,
+	// answers no statfs while it waits for its open files.
+	stopWatchdog := func() {}
+	if systemd.Enabled() {
+		actx, cancel := context.WithTimeout(ctx, answerTimeout)
+		err := probe.answers(actx)
+		cancel()
+		if err != nil {
+			server.Unmount()
+			return err
+		}
+		if err := systemd.Ready(fmt.Sprintf("mounted %s on %s (state %s)", cfg.Backing, plan.mountpoint, cfg.State)); err != nil {
+			log.Warn("service manager", slog.Any("err", err))
+		}
+		wctx, cancel := context.WithCancel(context.Background())
+		stopWatchdog = cancel
+		wdDone := make(chan struct{})
+		go func() {
+			defer close(wdDone)
+			if err := systemd.Watchdog(wctx, probe.answers, log); err != nil {
+				log.Warn("service manager", slog.Any("err", err))
+			}
+		}()
+		defer func() {
+			cancel()
+			<-wdDone
+		}()
+	}
 
 	log.Debug("mounted", slog.String("backing", cfg.Backing), slog.String("mountpoint", plan.mountpoint),
 		slog.String("state", cfg.State), slog.Int("pid", os.Getpid()))
@@ -439,11 +487,21 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 		select {
 		case <-unmounted:
 			log.Debug("unmounted", slog.String("mountpoint", plan.mountpoint))
+			// Unmounted from outside (umount, cmfs umount): a clean stop
+			// all the same.
+			if signalled != nil {
+				stopWatchdog()
+				notifyStopping(log, "unmounted; closing the journal and cmroot")
+			}
 			return nil
 		case <-signalled:
 			signalled = nil
+			stopWatchdog()
+			notifyStopping(log, "unmounting "+plan.mountpoint)
 			if err := server.Unmount(); err != nil {
-				lazyUnmount(log, plan.mountpoint, err)
+				if lazyUnmount(log, plan.mountpoint, err) {
+					notifyStatus(log, "busy: detached "+plan.mountpoint+"; waiting for its open files to close")
+				}
 			}
 		case <-ctlStopped:
 			// The mount keeps protecting; only the sidecar access is gone.
@@ -454,14 +512,92 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 }
 
 // lazyUnmount detaches a mount that is busy; the kernel ends it when the
-// last open file closes, and Wait returns then.
-func lazyUnmount(log *slog.Logger, mnt string, cause error) {
+// last open file closes, and Wait returns then. It says whether it did.
+func lazyUnmount(log *slog.Logger, mnt string, cause error) bool {
 	out, err := exec.Command("fusermount3", "-u", "-z", mnt).CombinedOutput()
 	if err != nil {
 		log.Error("unmount", slog.String("mountpoint", mnt), slog.Any("err", cause), slog.String("fusermount3", firstLine(out, err)))
-		return
+		return false
 	}
 	log.Warn("busy: detached it, waiting for open files to close (interrupt again to quit)", slog.String("mountpoint", mnt), slog.Any("err", cause))
+	return true
+}
+
+// fuseAnswers is answerProbe's test, run where it may block.
+func fuseAnswers(mnt string) error {
+	m, ok := findMount(mnt)
+	if !ok || m.FSType != "fuse.cmfs" {
+		return errors.New("no cmfs mount there")
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(mnt, &st); err != nil {
+		return err
+	}
+	if unix.Major(st.Dev) != m.Major || unix.Minor(st.Dev) != m.Minor {
+		return fmt.Errorf("its stat names device %d:%d, not the mount's %d:%d", unix.Major(st.Dev), unix.Minor(st.Dev), m.Major, m.Minor)
+	}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(mnt, &fs); err != nil {
+		return err
+	}
+	if fs.Type != fuseMagic {
+		return fmt.Errorf("statfs: not a FUSE file system (f_type %#x)", fs.Type)
+	}
+	return nil
+}
+
+// notifyStopping and notifyStatus tell a service manager, if one
+// listens; what fails to reach it is logged, never fatal.
+func notifyStopping(log *slog.Logger, status string) {
+	if err := systemd.Stopping(status); err != nil {
+		log.Warn("service manager", slog.Any("err", err))
+	}
+}
+
+func notifyStatus(log *slog.Logger, status string) {
+	if err := systemd.Status(status); err != nil {
+		log.Warn("service manager", slog.Any("err", err))
+	}
+}
+
+// answerTimeout bounds how long a mount that is up may take to answer a
+// statfs before it is not ready.
+const answerTimeout = 10 * time.Second
+
+// answerProbe asks a mount whether it answers through FUSE.
+type answerProbe struct {
+	mnt string
+	// busy is held while a statfs is in flight: one stuck in a mount that
+	// no longer answers is not joined by another each time the probe
+	// runs.
+	busy sync.Mutex
+}
+
+// fuseMagic is statfs's f_type of a FUSE file system.
+const fuseMagic = 0x65735546
+
+// answers says whether the mountpoint is this cmfs mount and answers
+// within ctx: mountinfo lists a fuse.cmfs mount there, the mountpoint's
+// stat names its device, and a statfs, which the kernel sends to the FUSE
+// daemon whatever it caches, succeeds.
+func (p *answerProbe) answers(ctx context.Context) error {
+	if !p.busy.TryLock() {
+		return fmt.Errorf("mount %s does not answer: an earlier statfs is still waiting", p.mnt)
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer p.busy.Unlock()
+		done <- fuseAnswers(p.mnt)
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("mount %s does not answer: %w", p.mnt, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("mount %s does not answer: statfs: %w", p.mnt, ctx.Err())
+	}
 }
 
 // errControlExited says the control server ended before it answered.
@@ -531,6 +667,9 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 	}
 	child := exec.Command(exe, args...)
 	child.Stdin, child.Stdout, child.Stderr = nil, nil, logf // nil: /dev/null
+	// The background process is not a service's main process: a
+	// manager's notify socket and watchdog are not its to use.
+	child.Env = systemd.Environ(os.Environ())
 	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := child.Start(); err != nil {
 		return fmt.Errorf("daemon: start %s: %w", exe, err)
@@ -538,8 +677,14 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 	exited := make(chan error, 1)
 	go func() { exited <- child.Wait() }()
 
-	deadline := time.NewTimer(daemonTimeout)
-	defer deadline.Stop()
+	// No deadline with --ready-timeout 0: a nil channel never fires.
+	var deadline <-chan time.Time
+	if opts.readyTimeout > 0 {
+		timer := time.NewTimer(opts.readyTimeout)
+		defer timer.Stop()
+		deadline = timer.C
+	}
+	probe := answerProbe{mnt: plan.mountpoint}
 	tick := time.NewTicker(25 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -550,9 +695,9 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 				line = fmt.Sprintf("mount process exited (%v) before the mount was ready", err)
 			}
 			return &cli.ExitError{Code: 1, Msg: strings.TrimPrefix(line, "cmfs: ")}
-		case <-deadline.C:
+		case <-deadline:
 			child.Process.Signal(syscall.SIGTERM)
-			return fmt.Errorf("mount not ready after %s; stopped it (log: %s)", daemonTimeout, logPath)
+			return fmt.Errorf("mount not ready after %s; stopped it (log: %s)", opts.readyTimeout, logPath)
 		case <-ctx.Done():
 			child.Process.Signal(syscall.SIGTERM)
 			return fmt.Errorf("interrupted while waiting for the mount; stopped it")
@@ -560,7 +705,10 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 		}
 		if c, _ := live(ctx, plan.target()); c != nil {
 			c.Close()
-			if ok, _ := isMountpoint(plan.mountpoint); ok {
+			actx, cancel := context.WithTimeout(ctx, time.Second)
+			err := probe.answers(actx)
+			cancel()
+			if err == nil {
 				// What the mount process said on its way up (recovery
 				// findings) is for the operator, not only for the log.
 				for _, l := range linesSince(logPath, start) {

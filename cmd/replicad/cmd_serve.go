@@ -163,7 +163,14 @@ warehouse's paths can reach.
 
 Once it listens it prints "listening on ADDR (...)" (the actual address:
 with port 0, the one picked; the token file clients give) and serves until SIGINT or SIGTERM, then
-closes the open container and exits 0.`,
+closes the open container and exits 0.
+
+Beside its own services it serves the standard gRPC health service, behind
+the same credentials. Under systemd (Type=notify: NOTIFY_SOCKET set) it
+reports READY=1 once a health check through its own listener, made with
+its own credential, succeeds (with --tls-allow, list the node's own name),
+WATCHDOG=1 after each later check with WatchdogSec=, and STOPPING=1 as it
+stops.`,
 		Example: `  replicad serve --state /data/warehouse/.cmfs
   replicad serve --backing /data/warehouse --listen 127.0.0.1:9860
   replicad serve --listen 127.0.0.1:9870 --node-id dn1 --volume /disk1/replicad --volume /disk2/replicad
@@ -321,6 +328,7 @@ func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error
 	if err != nil {
 		return err
 	}
+	hs := registerHealth(srv)
 	// source decides what is loopback: Dial refuses the same addresses
 	// ListenAndServe does, without connecting. A refused address goes
 	// through ListenAndServe for its message; an allowed one is listened
@@ -367,7 +375,18 @@ func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error
 		page := statuspage.Config{Addr: lis.Addr().String(), Warehouse: warehousePage(srv, false)}
 		metrics += ", " + serveHTTP(ctx, &wg, hlis, page, sourceMetrics(srv))
 	}
-	fmt.Fprintf(g.stdout, "listening on %s (warehouse %s, state %s, source %s, token %s%s)\n", lis.Addr(), cfg.Backing, cfg.State, cfg.SourceID, tokenFile, metrics)
+	listening := fmt.Sprintf("listening on %s (warehouse %s, state %s, source %s, token %s%s)", lis.Addr(), cfg.Backing, cfg.State, cfg.SourceID, tokenFile, metrics)
+	fmt.Fprintln(g.stdout, listening)
+	probe, err := selfProbe(lis.Addr(), tlsconfig.Config{}, token)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	notifyService(ctx, &wg, probe, hs, listening, logger)
 	return srv.Serve(ctx, lis)
 }
 
@@ -464,6 +483,7 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 	if err != nil {
 		return err
 	}
+	hs := registerHealth(node)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -540,11 +560,17 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 	if hlis != nil {
 		desc = append(desc, serveHTTP(ctx, &wg, hlis, nodePage(ctx, opts, lis.Addr().String(), node, store, src, role), node.Metrics()))
 	}
-	fmt.Fprintf(g.stdout, "listening on %s (%s)\n", lis.Addr(), strings.Join(desc, "; "))
+	listening := fmt.Sprintf("listening on %s (%s)", lis.Addr(), strings.Join(desc, "; "))
+	fmt.Fprintln(g.stdout, listening)
 	if !tc.Enabled() {
 		logger.Warn("no TLS (--tls-cert, --tls-key, --tls-ca): serving and dialing loopback addresses only, to clients that give --token-file",
 			slog.String("token_file", tokenFile))
 	}
+	probe, err := selfProbe(lis.Addr(), tc, token)
+	if err != nil {
+		return err
+	}
+	notifyService(ctx, &wg, probe, hs, listening, logger)
 	err = node.Serve(ctx, lis)
 	cancel()
 	return err
