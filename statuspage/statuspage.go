@@ -337,15 +337,7 @@ func (p *Page) cluster(ctx context.Context) *Cluster {
 		return out
 	}
 	for _, n := range nodes.Nodes {
-		cn := ClusterNode{ID: n.Id, Addr: n.Addr, Rack: n.Rack, Health: n.Health, OpState: n.OpState,
-			Containers: int(n.Containers), UsedBytes: n.UsedBytes, FreeBytes: n.FreeBytes}
-		if n.LastHeartbeat != 0 {
-			cn.LastHeartbeat = time.Unix(0, n.LastHeartbeat).UTC()
-		}
-		if n.MaintenanceEnd != 0 {
-			cn.MaintenanceEnd = time.Unix(0, n.MaintenanceEnd).UTC()
-		}
-		out.Nodes = append(out.Nodes, cn)
+		out.Nodes = append(out.Nodes, NodeOf(n))
 	}
 	cs, err := c.Client.Containers(ctx, &clusterpb.ContainersRequest{})
 	if err != nil {
@@ -378,4 +370,18 @@ func (p *Page) cluster(ctx context.Context) *Cluster {
 	}
 	out.Omitted = out.Total - len(out.Containers)
 	return out
+}
+
+// NodeOf is the node the coordinator describes as n; `replicad admin
+// nodes --json` prints the same.
+func NodeOf(n *clusterpb.NodeInfo) ClusterNode {
+	cn := ClusterNode{ID: n.Id, Addr: n.Addr, Rack: n.Rack, Health: n.Health, OpState: n.OpState,
+		Containers: int(n.Containers), UsedBytes: n.UsedBytes, FreeBytes: n.FreeBytes}
+	if n.LastHeartbeat != 0 {
+		cn.LastHeartbeat = time.Unix(0, n.LastHeartbeat).UTC()
+	}
+	if n.MaintenanceEnd != 0 {
+		cn.MaintenanceEnd = time.Unix(0, n.MaintenanceEnd).UTC()
+	}
+	return cn
 }

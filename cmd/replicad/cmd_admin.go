@@ -14,6 +14,7 @@ import (
 	"github.com/cmfs-project/cmfs/cluster"
 	"github.com/cmfs-project/cmfs/cluster/coord"
 	"github.com/cmfs-project/cmfs/internal/cli"
+	"github.com/cmfs-project/cmfs/statuspage"
 )
 
 // adminOptions are the flags every admin subcommand shares.
@@ -118,25 +119,11 @@ func unixNano(n int64) time.Time {
 	return time.Unix(0, n)
 }
 
-type nodeJSON struct {
-	ID             string    `json:"id"`
-	Addr           string    `json:"address"`
-	Rack           string    `json:"rack"`
-	Health         string    `json:"health"`
-	OpState        string    `json:"opstate"`
-	MaintenanceEnd time.Time `json:"maintenance_end,omitzero"`
-	Containers     int       `json:"containers"`
-	UsedBytes      int64     `json:"used_bytes"`
-	FreeBytes      int64     `json:"free_bytes"`
-	LastHeartbeat  time.Time `json:"last_heartbeat,omitzero"`
-}
+// nodeJSON is a node as `admin nodes --json` prints it: as the status
+// page shows it.
+type nodeJSON = statuspage.ClusterNode
 
-func nodeFromPB(n *clusterpb.NodeInfo) nodeJSON {
-	return nodeJSON{
-		ID: n.Id, Addr: n.Addr, Rack: n.Rack, Health: n.Health, OpState: n.OpState, MaintenanceEnd: unixNano(n.MaintenanceEnd),
-		Containers: int(n.Containers), UsedBytes: n.UsedBytes, FreeBytes: n.FreeBytes, LastHeartbeat: unixNano(n.LastHeartbeat),
-	}
-}
+func nodeFromPB(n *clusterpb.NodeInfo) nodeJSON { return statuspage.NodeOf(n) }
 
 func runAdminNodes(ctx context.Context, g *globalOptions, opts *adminOptions) error {
 	c, done, err := opts.coordinator(ctx)

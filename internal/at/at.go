@@ -36,6 +36,10 @@ import (
 // pathMax is PATH_MAX: a path a system call takes is shorter.
 const pathMax = unix.PathMax
 
+// procMax bounds the name a path through /proc/self/fd/N/ may end in, so
+// that the whole path is shorter than PATH_MAX.
+const procMax = pathMax - len("/proc/self/fd/2147483647/")
+
 // Tree is a directory held open, with the calls on paths below it.
 type Tree struct {
 	fd   int
@@ -72,7 +76,10 @@ type Loc struct {
 
 // Loc resolves rel to a directory descriptor and a name in it. The
 // caller must Close it.
-func (t *Tree) Loc(rel string) (Loc, error) {
+func (t *Tree) Loc(rel string) (Loc, error) { return t.loc(rel, pathMax) }
+
+// loc is Loc with a name shorter than max.
+func (t *Tree) loc(rel string, max int) (Loc, error) {
 	switch {
 	case rel == "":
 		return Loc{Dir: t.fd, Name: "."}, nil
@@ -80,12 +87,13 @@ func (t *Tree) Loc(rel string) (Loc, error) {
 		// The *at call would ignore the descriptor: a caller's mistake,
 		// never a path below the tree.
 		return Loc{}, &os.PathError{Op: "resolve", Path: rel, Err: unix.EINVAL}
-	case len(rel) < pathMax:
+	case len(rel) < max:
 		return Loc{Dir: t.fd, Name: rel}, nil
 	}
 	dir, own, rest := t.fd, false, rel
-	for len(rest) >= pathMax {
-		cut := strings.LastIndexByte(rest[:pathMax-1], '/')
+	for len(rest) >= max {
+		// The longest piece that fits in one call.
+		cut := strings.LastIndexByte(rest[:min(len(rest), pathMax-1)], '/')
 		if cut <= 0 {
 			// A component longer than PATH_MAX: no name is.
 			return t.closing(dir, own, unix.ENAMETOOLONG)
@@ -116,12 +124,6 @@ func (l Loc) Close() {
 	}
 }
 
-// Path is a path naming l's file that fits in a system call, for the few
-// calls that have no *at form and for packages that take paths: through
-// the process's own descriptor of l's directory in /proc. It is valid
-// while l is open.
-func (l Loc) Path() string { return fmt.Sprintf("/proc/self/fd/%d/%s", l.Dir, l.Name) }
-
 // With runs fn on rel's Loc, for a call this package has no method for.
 func (t *Tree) With(rel string, fn func(l Loc) error) error { return t.do(rel, fn) }
 
@@ -130,7 +132,12 @@ func (t *Tree) With(rel string, fn func(l Loc) error) error { return t.do(rel, f
 // path joined with rel when that fits, which keeps what the call reports
 // free of /proc; else Loc.Path. The path is valid only during fn.
 func (t *Tree) WithPath(rel string, fn func(p string) error) error {
-	return t.do(rel, func(l Loc) error { return fn(l.pathFor(t)) })
+	l, err := t.loc(rel, procMax)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	return fn(l.pathFor(t))
 }
 
 // do runs fn on rel's Loc.
@@ -341,7 +348,7 @@ func (t *Tree) Chmod(rel string, mode uint32) error {
 
 // Truncate is truncate(2) of rel (which has no *at form).
 func (t *Tree) Truncate(rel string, size int64) error {
-	return t.do(rel, func(l Loc) error { return unix.Truncate(l.pathFor(t), size) })
+	return t.WithPath(rel, func(p string) error { return unix.Truncate(p, size) })
 }
 
 // UtimesNano is utimensat(2) of rel with flags.
@@ -349,10 +356,13 @@ func (t *Tree) UtimesNano(rel string, ts []unix.Timespec, flags int) error {
 	return t.do(rel, func(l Loc) error { return unix.UtimesNanoAt(l.Dir, l.Name, ts, flags) })
 }
 
-// pathFor is WithPath's path of l.
+// pathFor is WithPath's path of l, a Loc whose name is shorter than
+// procMax: the tree's path and the name where that fits, else through
+// the process's descriptor of l's directory in /proc, valid while l is
+// open.
 func (l Loc) pathFor(t *Tree) string {
 	if l.Dir == t.fd && len(t.path)+1+len(l.Name) < pathMax {
 		return t.path + "/" + l.Name
 	}
-	return l.Path()
+	return fmt.Sprintf("/proc/self/fd/%d/%s", l.Dir, l.Name)
 }

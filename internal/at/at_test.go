@@ -2,6 +2,7 @@ package at
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path"
@@ -162,5 +163,48 @@ func TestWalkDirDeep(t *testing.T) {
 	}
 	if err := tr.WalkDir("missing", func(rel string, d fs.DirEntry, err error) error { return err }); !errors.Is(err, unix.ENOENT) {
 		t.Errorf("walk of a missing root: %v, want ENOENT", err)
+	}
+}
+
+// TestPathsAroundPathMax: the calls without an *at form (truncate, and
+// whatever WithPath serves: cmroot's renames, the xattrs) reach files at
+// every length of path around and past PATH_MAX, however the path falls
+// into pieces: the path they get always fits in a system call.
+func TestPathsAroundPathMax(t *testing.T) {
+	root := t.TempDir()
+	tr := open(t, root)
+	top := 0
+	for n := pathMax - len(root) - 40; n < 2*pathMax+300; n += 13 {
+		top++
+		// Directories of 200-byte names under a top one of its own, so
+		// that each length falls into pieces at a different place.
+		rel := fmt.Sprintf("t%d", top)
+		if err := tr.Mkdir(rel, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for len(rel) < n-210 {
+			rel += "/" + strings.Repeat(string(rune('a'+len(rel)%26)), 200)
+			if err := tr.Mkdir(rel, 0o755); err != nil {
+				t.Fatalf("mkdir of %d bytes: %v", len(rel), err)
+			}
+		}
+		f := rel + "/" + strings.Repeat("f", max(1, n-len(rel)-1))
+		file, err := tr.Open(f, os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatalf("create %d bytes: %v", len(f), err)
+		}
+		file.Close()
+		if err := tr.Truncate(f, 3); err != nil {
+			t.Errorf("truncate of a %d-byte path (root %d bytes): %v", len(f), len(root), err)
+		}
+		err = tr.WithPath(f, func(p string) error {
+			if len(p) >= pathMax {
+				return fmt.Errorf("a %d-byte path", len(p))
+			}
+			return unix.Rename(p, p+"2")
+		})
+		if err != nil {
+			t.Errorf("rename through WithPath of a %d-byte path: %v", len(f), err)
+		}
 	}
 }
