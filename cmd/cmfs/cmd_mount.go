@@ -76,7 +76,7 @@ the way, and STOPPING=1 as it begins to unmount; with WatchdogSec= it
 sends WATCHDOG=1 while a statfs through the mount answers.`,
 		Example: `  cmfs mount /data/warehouse /mnt/warehouse
   cmfs mount --daemon --retain 72h --exclude '_tmp*' -o allow_other /data/warehouse /mnt/warehouse
-  cmfs mount --daemon --metrics 127.0.0.1:9880 /data/warehouse /mnt/warehouse`,
+  cmfs mount --daemon --metrics 127.0.0.1:9890 /data/warehouse /mnt/warehouse`,
 		Args: exactArgs(2, "BACKING and MOUNTPOINT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runMount(cmd.Context(), g, opts, args)

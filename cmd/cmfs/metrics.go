@@ -33,7 +33,7 @@ func checkMetricsAddr(addr string) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("--metrics %q: want HOST:PORT, such as 127.0.0.1:9880 (%v)", addr, err)
+		return fmt.Errorf("--metrics %q: want HOST:PORT, such as 127.0.0.1:9890 (%v)", addr, err)
 	}
 	return nil
 }

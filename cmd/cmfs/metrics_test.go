@@ -108,12 +108,12 @@ func TestMountMetricsInUse(t *testing.T) {
 }
 
 func TestCheckMetricsAddr(t *testing.T) {
-	for _, ok := range []string{"", "127.0.0.1:9880", ":9880", "[::1]:0", "localhost:1"} {
+	for _, ok := range []string{"", "127.0.0.1:9890", ":9890", "[::1]:0", "localhost:1"} {
 		if err := checkMetricsAddr(ok); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"9880", "127.0.0.1", "127.0.0.1:", "127.0.0.1:http", "127.0.0.1:65536", "127.0.0.1:-1"} {
+	for _, bad := range []string{"9890", "127.0.0.1", "127.0.0.1:", "127.0.0.1:http", "127.0.0.1:65536", "127.0.0.1:-1"} {
 		if err := checkMetricsAddr(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
