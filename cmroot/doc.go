@@ -32,6 +32,10 @@
 //     the log that holds the clone's extent map and reference counts).
 //   - A copy leaves the original's page cache as it found it (package
 //     pagecache): the pages the copy read in are dropped after it.
+//   - Counted by method. PreserveStats says how many originals, and how
+//     many bytes, were kept since Open by each Method: moved, linked,
+//     copied, cloned, or deduplicated onto an entry already there (the
+//     mount's metrics export them).
 //   - Retention lives in the store's own index only. Entry files are never
 //     chmod'ed, chown'ed or utimes'ed: a preserved file keeps the times and
 //     mode it had, so a program that still holds it open sees nothing change.

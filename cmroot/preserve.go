@@ -41,35 +41,38 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); retur
 // "preserve <path>: …" and wrap the underlying errno (ENOSPC, EIO,
 // ENOENT…), ErrChecksum or ErrClosed.
 func (s *Store) Preserve(path, xxh64 string, size int64, move bool) (name string, created bool, err error) {
-	name, created, err = s.preserve(path, xxh64, size, move)
+	name, m, err := s.preserve(path, xxh64, size, move)
 	if err != nil {
 		return "", false, fmt.Errorf("preserve %s: %w", path, err)
 	}
-	return name, created, nil
+	s.count(m, size)
+	return name, m != Deduplicated, nil
 }
 
-func (s *Store) preserve(path, sum string, size int64, move bool) (string, bool, error) {
+func (s *Store) preserve(path, sum string, size int64, move bool) (string, Method, error) {
 	if !checksum.Valid(sum) || size < 0 {
-		return "", false, fmt.Errorf("bad checksum %q or size %d", sum, size)
+		return "", 0, fmt.Errorf("bad checksum %q or size %d", sum, size)
 	}
 	if s.isClosed() {
-		return "", false, ErrClosed
+		return "", 0, ErrClosed
 	}
 	fi, err := os.Lstat(path)
 	if err != nil {
-		return "", false, err
+		return "", 0, err
 	}
 	if !fi.Mode().IsRegular() {
-		return "", false, fmt.Errorf("not a regular file (%v)", fi.Mode().Type())
+		return "", 0, fmt.Errorf("not a regular file (%v)", fi.Mode().Type())
 	}
 	if fi.Size() != size {
-		return "", false, fmt.Errorf("size is %d, not %d", fi.Size(), size)
+		return "", 0, fmt.Errorf("size is %d, not %d", fi.Size(), size)
 	}
 	name := Name(sum, size)
 	dst := s.Path(name)
 	mu := s.stripe(name)
 	mu.Lock()
+	m := Linked
 	if move {
+		m = Moved
 		err = s.sys.rename(path, dst)
 	} else {
 		err = s.sys.link(path, dst)
@@ -85,19 +88,19 @@ func (s *Store) preserve(path, sum string, size int64, move bool) (string, bool,
 			} else {
 				err = errors.Join(err, os.Remove(dst))
 			}
-			return "", false, err
+			return "", 0, err
 		}
-		return name, true, nil
+		return name, m, nil
 	case errors.Is(err, syscall.EEXIST):
 		defer mu.Unlock()
-		return name, false, s.refresh(name, path, move)
+		return name, Deduplicated, s.refresh(name, path, move)
 	case errors.Is(err, syscall.EXDEV) || (!move && linkUnsupported(err)):
 		mu.Unlock()
-		created, err := s.copyIn(path, fi, name, move)
-		return name, created, err
+		m, err := s.copyIn(path, fi, name, move)
+		return name, m, err
 	default:
 		mu.Unlock()
-		return "", false, err
+		return "", 0, err
 	}
 }
 
@@ -140,12 +143,13 @@ func (s *Store) refresh(name, path string, move bool) error {
 // copyIn is Preserve where neither rename nor link can be had (another
 // filesystem; a link refused): clone or copy into .tmp, hash what .tmp
 // holds, verify, fsync, rename into place, and only then (move) remove
-// path.
-func (s *Store) copyIn(path string, fi os.FileInfo, name string, move bool) (created bool, err error) {
+// path. It says how the entry was made: Cloned, Copied, or Deduplicated
+// when one with the content was there by the time the copy was.
+func (s *Store) copyIn(path string, fi os.FileInfo, name string, move bool) (Method, error) {
 	sum, size, _ := ParseName(name)
 	src, err := os.Open(path)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	defer src.Close()
 	defer pagecache.Note(src, size).Drop()
@@ -157,10 +161,11 @@ func (s *Store) copyIn(path string, fi os.FileInfo, name string, move bool) (cre
 			mu.Unlock()
 		}
 	}()
-	exists := false
+	exists, cloned := false, false
 	err = durable.Write(s.tmpPath(), fi.Mode().Perm(), s.sync,
 		func(f *os.File) error {
-			n, got, err := s.fillHashed(f, src)
+			n, got, c, err := s.fillHashed(f, src)
+			cloned = c
 			if err != nil {
 				return err
 			}
@@ -182,10 +187,10 @@ func (s *Store) copyIn(path string, fi os.FileInfo, name string, move bool) (cre
 			return dst, err
 		})
 	if exists {
-		return false, s.refresh(name, path, move)
+		return Deduplicated, s.refresh(name, path, move)
 	}
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	efi, err := os.Lstat(dst)
 	if err == nil {
@@ -203,9 +208,9 @@ func (s *Store) copyIn(path string, fi os.FileInfo, name string, move bool) (cre
 		}
 	}
 	if err != nil {
-		return false, errors.Join(err, os.Remove(dst))
+		return 0, errors.Join(err, os.Remove(dst))
 	}
-	return true, nil
+	return copyMethod(true, cloned), nil
 }
 
 // How an original is copied. Every copy the store makes goes through
@@ -231,43 +236,45 @@ func (s *Store) copyIn(path string, fi os.FileInfo, name string, move bool) (cre
 
 // fillHashed makes tmp, a new empty file, hold src's content from offset 0
 // to EOF and returns its size and checksum: the checksum of what tmp
-// holds, read back after a clone, hashed on the way of a copy. src's file
-// offset does not move.
-func (s *Store) fillHashed(tmp, src *os.File) (int64, string, error) {
+// holds, read back after a clone, hashed on the way of a copy; and
+// whether it cloned. src's file offset does not move.
+func (s *Store) fillHashed(tmp, src *os.File) (int64, string, bool, error) {
 	cloned, err := s.clone(tmp, src)
 	if err != nil {
-		return 0, "", err
+		return 0, "", false, err
 	}
 	if !cloned {
-		return s.copyHashed(tmp, src)
+		n, sum, err := s.copyHashed(tmp, src)
+		return n, sum, false, err
 	}
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
-	return checksum.Reader(io.NewSectionReader(tmp, 0, math.MaxInt64), *bp)
+	n, sum, err := checksum.Reader(io.NewSectionReader(tmp, 0, math.MaxInt64), *bp)
+	return n, sum, true, err
 }
 
 // fillKnown makes tmp, a new empty file, hold the first size bytes of
 // src, which nothing writes to meanwhile (PreserveCopyOf's caller says
 // so, and knows their checksum): by clone, or in the kernel by
-// copy_file_range, without hashing.
-func (s *Store) fillKnown(tmp, src *os.File, size int64) error {
+// copy_file_range, without hashing. It says whether it cloned.
+func (s *Store) fillKnown(tmp, src *os.File, size int64) (bool, error) {
 	cloned, err := s.clone(tmp, src)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !cloned {
-		return copyRange(tmp, src, size)
+		return false, copyRange(tmp, src, size)
 	}
 	fi, err := tmp.Stat()
 	switch {
 	case err != nil:
-		return err
+		return true, err
 	case fi.Size() < size:
-		return fmt.Errorf("cloned %d of %d bytes: %w", fi.Size(), size, io.ErrUnexpectedEOF)
+		return true, fmt.Errorf("cloned %d of %d bytes: %w", fi.Size(), size, io.ErrUnexpectedEOF)
 	case fi.Size() > size:
-		return tmp.Truncate(size) // what a copy would take: the first size bytes
+		return true, tmp.Truncate(size) // what a copy would take: the first size bytes
 	}
-	return nil
+	return true, nil
 }
 
 // clone makes tmp, a new empty file, share src's extents (FICLONE). It
@@ -328,21 +335,24 @@ func (s *Store) copyHashed(f *os.File, src io.ReaderAt) (int64, string, error) {
 // move. If the content is already stored, the copy is discarded and the
 // entry refreshed (created is false).
 func (s *Store) PreserveCopy(f *os.File) (name, xxh64 string, size int64, created bool, err error) {
-	name, created, err = s.preserveCopy(f)
+	name, m, err := s.preserveCopy(f)
 	if err != nil {
 		return "", "", 0, false, fmt.Errorf("preserve %s: %w", f.Name(), err)
 	}
 	xxh64, size, _ = ParseName(name)
-	return name, xxh64, size, created, nil
+	s.count(m, size)
+	return name, xxh64, size, m != Deduplicated, nil
 }
 
-func (s *Store) preserveCopy(f *os.File) (string, bool, error) {
+func (s *Store) preserveCopy(f *os.File) (string, Method, error) {
 	var name string
-	return s.copyFrom(f, &name, func(tmp *os.File) error {
-		n, sum, err := s.fillHashed(tmp, f)
-		name = Name(sum, n)
+	cloned := false
+	name, created, err := s.copyFrom(f, &name, func(tmp *os.File) error {
+		n, sum, c, err := s.fillHashed(tmp, f)
+		name, cloned = Name(sum, n), c
 		return err
 	})
+	return name, copyMethod(created, cloned), err
 }
 
 // PreserveCopyOf is PreserveCopy for a file whose checksum and size the
@@ -359,13 +369,21 @@ func (s *Store) PreserveCopyOf(f *os.File, xxh64 string, size int64) (name strin
 	r, err := s.get(name)
 	m.Unlock()
 	if err == nil && r != nil {
-		return name, false, s.refresh(name, "", false)
+		if err := s.refresh(name, "", false); err != nil {
+			return name, false, err
+		}
+		s.count(Deduplicated, size)
+		return name, false, nil
 	}
-	named := name
-	name, created, err = s.copyFrom(f, &named, func(tmp *os.File) error { return s.fillKnown(tmp, f, size) })
+	named, cloned := name, false
+	name, created, err = s.copyFrom(f, &named, func(tmp *os.File) (err error) {
+		cloned, err = s.fillKnown(tmp, f, size)
+		return err
+	})
 	if err != nil {
 		return "", false, fmt.Errorf("preserve %s: %w", f.Name(), err)
 	}
+	s.count(copyMethod(created, cloned), size)
 	return name, created, nil
 }
 

@@ -78,6 +78,8 @@ type Store struct {
 	lock   *os.File // flock'ed for the store's lifetime
 	// noClone: the store's filesystem has no reflinks; copies copy.
 	noClone atomic.Bool
+	// methods count the preservations by how they kept the original.
+	methods [numMethods]methodCount
 
 	// stripes serialise everything that changes one entry (its file and its
 	// record) without serialising unrelated entries.

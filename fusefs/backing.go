@@ -334,7 +334,8 @@ func (d *openDir) Releasedir(ctx context.Context, flags uint32) {
 
 // Mknod makes special files (not journaled: nothing a replica carries),
 // owned by the caller.
-func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (_ *gofs.Inode, errno syscall.Errno) {
+	defer n.r.stats.count(opMknod, &errno)
 	rel, live := n.child(name)
 	switch {
 	case !live:
@@ -365,7 +366,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 
 // Tmpfile is O_TMPFILE in n: an unnamed file, which the journal never
 // sees unless it is linked in (and LINK refuses a nameless node).
-func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (_ *gofs.Inode, _ gofs.FileHandle, _ uint32, errno syscall.Errno) {
+	defer n.r.stats.count(opTmpfile, &errno)
 	rel, errno := n.relLive()
 	if errno != 0 {
 		return nil, nil, 0, errno

@@ -42,6 +42,10 @@ type Config struct {
 	Sync         journal.SyncMode
 	SyncInterval time.Duration
 
+	// Stats, when set, is where Mount counts the operations (NewStats);
+	// nil: Mount counts into its own.
+	Stats *Stats
+
 	// Reconcile, Since and Tail are what Mount (and Recover) hand the
 	// protection core's recovery (protect.Options): compare the whole
 	// tree with the journal, because the last mount, started at Since, did

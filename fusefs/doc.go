@@ -20,4 +20,10 @@
 // truncation by a caller without CAP_FSETID clears, and keeps the handles
 // of a set-ID file out of passthrough to see their writes (setid.go, with
 // its limits).
+//
+// Stats counts the operations that change the tree, and the opens,
+// flushes, fsyncs and releases of files, by result: "ok" or the errno's
+// name. Each method defers one atomic add into a fixed array (no lock, no
+// map); the mount's metrics read them (Stats.Ops), and the in-flight
+// intents of the core Mount opened (Stats.InFlight).
 package fusefs

@@ -42,7 +42,12 @@ func Mount(mountpoint string, cfg Config, j *journal.Log, store *cmroot.Store) (
 	if err != nil {
 		return nil, rec, err
 	}
-	r := &root{core: core}
+	stats := cfg.Stats
+	if stats == nil {
+		stats = NewStats()
+	}
+	stats.core.Store(core)
+	r := &root{core: core, stats: stats}
 	backing := core.Backing()
 	var bst syscall.Stat_t
 	if err := syscall.Stat(backing, &bst); err != nil {

@@ -169,7 +169,8 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 	return &listDir{list: list}, 0, 0
 }
 
-func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (_ *gofs.Inode, errno syscall.Errno) {
+	defer n.r.stats.count(opMkdir, &errno)
 	rel, live := n.child(name)
 	if !live {
 		return nil, syscall.ENOENT
@@ -180,7 +181,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	return n.lookup(ctx, name, out)
 }
 
-func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+func (n *node) Rmdir(ctx context.Context, name string) (errno syscall.Errno) {
+	defer n.r.stats.count(opRmdir, &errno)
 	rel, live := n.child(name)
 	if !live {
 		return syscall.ENOENT
@@ -188,7 +190,8 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	return toErrno(n.r.core.Rmdir(ctx, rel))
 }
 
-func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+func (n *node) Unlink(ctx context.Context, name string) (errno syscall.Errno) {
+	defer n.r.stats.count(opUnlink, &errno)
 	rel, live := n.child(name)
 	if !live {
 		return syscall.ENOENT
@@ -198,7 +201,8 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	return toErrno(n.r.core.Unlink(ctx, rel, u))
 }
 
-func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) (errno syscall.Errno) {
+	defer n.r.stats.count(opRename, &errno)
 	np, ok := newParent.(*node)
 	if !ok {
 		return syscall.EXDEV
@@ -213,7 +217,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	return toErrno(n.r.core.Rename(ctx, oldRel, newRel, flags, u))
 }
 
-func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (_ *gofs.Inode, errno syscall.Errno) {
+	defer n.r.stats.count(opLink, &errno)
 	rel, live := n.child(name)
 	if !live {
 		return nil, syscall.ENOENT
@@ -237,7 +242,8 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	return tn.EmbeddedInode(), 0
 }
 
-func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (_ *gofs.Inode, errno syscall.Errno) {
+	defer n.r.stats.count(opSymlink, &errno)
 	rel, live := n.child(name)
 	if !live {
 		return nil, syscall.ENOENT

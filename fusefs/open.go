@@ -10,7 +10,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (_ *gofs.Inode, _ gofs.FileHandle, _ uint32, errno syscall.Errno) {
+	defer n.r.stats.count(opCreate, &errno)
 	rel, live := n.child(name)
 	if !live {
 		return nil, nil, 0, syscall.ENOENT
@@ -42,7 +43,7 @@ func (n *node) createExisting(ctx context.Context, name string, flags uint32, ou
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	fh, fuseFlags, errno := ch.Operations().(*node).Open(ctx, flags)
+	fh, fuseFlags, errno := ch.Operations().(*node).open(ctx, flags)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
@@ -53,7 +54,13 @@ func (n *node) createExisting(ctx context.Context, name string, flags uint32, ou
 	return ch, fh, fuseFlags, 0
 }
 
-func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+func (n *node) Open(ctx context.Context, flags uint32) (_ gofs.FileHandle, _ uint32, errno syscall.Errno) {
+	defer n.r.stats.count(opOpen, &errno)
+	return n.open(ctx, flags)
+}
+
+// open is Open, uncounted: createExisting's too.
+func (n *node) open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	flags &^= syscall.O_APPEND | fuse.FMODE_EXEC
 	rel, live := n.rel()
 	if !live {
@@ -119,8 +126,13 @@ func (n *node) register(h *protect.Handle) (*file, uint32) {
 	return f, 0
 }
 
-func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) (errno syscall.Errno) {
 	size, ok := in.GetSize()
+	o := opSetattr
+	if ok {
+		o = opTruncate
+	}
+	defer n.r.stats.count(o, &errno)
 	rel, live := n.rel()
 	if !ok || !live {
 		return n.setattr(ctx, f, in, out)
@@ -181,7 +193,8 @@ func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, sysca
 	return f.LoopbackFile.Write(ctx, data, off)
 }
 
-func (f *file) Flush(ctx context.Context) syscall.Errno {
+func (f *file) Flush(ctx context.Context) (errno syscall.Errno) {
+	defer f.n.r.stats.count(opFlush, &errno)
 	if errno := f.LoopbackFile.Flush(ctx); errno != 0 {
 		return errno
 	}
@@ -189,7 +202,8 @@ func (f *file) Flush(ctx context.Context) syscall.Errno {
 	return toErrno(f.h.Flush(ctx, rel, live))
 }
 
-func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+func (f *file) Fsync(ctx context.Context, flags uint32) (errno syscall.Errno) {
+	defer f.n.r.stats.count(opFsync, &errno)
 	return toErrno(f.h.Fsync(func() error {
 		if errno := f.LoopbackFile.Fsync(ctx, flags); errno != 0 {
 			return errno
@@ -198,7 +212,8 @@ func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	}))
 }
 
-func (f *file) Release(ctx context.Context) syscall.Errno {
+func (f *file) Release(ctx context.Context) (errno syscall.Errno) {
+	defer f.n.r.stats.count(opRelease, &errno)
 	f.h.Release()
 	f.n.mu.Lock()
 	f.n.opens--

@@ -12,7 +12,8 @@ import (
 // root is the state every node of one mount shares: the protection core,
 // and the identity of files whose inode cmfs replaced.
 type root struct {
-	core *protect.Core
+	core  *protect.Core
+	stats *Stats
 
 	// kills are the requests whose caller must lose set-ID bits (setid.go).
 	kills killFlags

@@ -24,7 +24,10 @@
 //     systemd-analyze verify (TestUnitFiles; needs systemd, which CI
 //     must have), and mount(8) with the fuse.cmfs helper linked into
 //     /sbin for the test's length: mount -t, an fstab line, umount
-//     (TestMountHelper).
+//     (TestMountHelper); the mount's Prometheus metrics, every one that
+//     docs/metrics.md lists and only those, moving under a load
+//     (TestMountMetrics), and no listener without --metrics
+//     (TestMountNoMetrics).
 //
 // The tests need /dev/fuse and root: without them every test skips with
 // the reason, and with CI=true in the environment such a skip is a

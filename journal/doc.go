@@ -57,7 +57,8 @@
 //     background flush fails every later Append: an acknowledged change
 //     may not be durable, and the caller must hear of it.
 //
-// SyncStats reports the mode, groups, flushes and the flush latency.
+// SyncStats reports the mode, groups, flushes and the flush latency;
+// FlushLatency the whole histogram of the flushes, for metrics.
 //
 // Append rejects events that Verify would reject (empty type or path, a
 // malformed checksum, a negative size) and names that are not valid UTF-8,

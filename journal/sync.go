@@ -133,20 +133,62 @@ func (l *Log) syncPending() {
 	l.publish(to)
 }
 
-// latency is a histogram of durations in power-of-two microsecond buckets.
+// latency is a histogram of durations in power-of-two microsecond
+// buckets: bucket i holds the durations of i significant bits of whole
+// microseconds (bucket 0: under 1 µs; bucket i: under 2^i µs and at least
+// 2^(i-1)), the last one everything longer. sum is their total in
+// nanoseconds, so that the histogram can be exported whole
+// (Log.FlushLatency) rather than recorded twice.
 type latency struct {
-	buckets [32]atomic.Uint64
+	buckets [latencyBuckets]atomic.Uint64
+	sum     atomic.Uint64
 }
+
+const latencyBuckets = 32
 
 func (h *latency) observe(d time.Duration) {
 	us := uint64(d / time.Microsecond)
 	h.buckets[min(bits.Len64(us), len(h.buckets)-1)].Add(1)
+	h.sum.Add(uint64(max(d, 0)))
+}
+
+// Histogram is a distribution of durations: Counts[i] observations at
+// most Bounds[i] and above Bounds[i-1] (not cumulative), and a last count
+// of those above every bound (len(Counts) == len(Bounds)+1); Sum is their
+// total. Read without a lock, a count may be a moment ahead of Sum.
+type Histogram struct {
+	Bounds []time.Duration
+	Counts []uint64
+	Sum    time.Duration
+}
+
+// Count is the number of observations.
+func (h Histogram) Count() uint64 {
+	var n uint64
+	for _, c := range h.Counts {
+		n += c
+	}
+	return n
+}
+
+// snapshot returns the histogram: the bound of bucket i is 2^i µs, the
+// last bucket has none.
+func (h *latency) snapshot() Histogram {
+	s := Histogram{Bounds: make([]time.Duration, latencyBuckets-1), Counts: make([]uint64, latencyBuckets)}
+	for i := range h.buckets {
+		s.Counts[i] = h.buckets[i].Load()
+		if i < len(s.Bounds) {
+			s.Bounds[i] = time.Duration(uint64(1)<<i) * time.Microsecond
+		}
+	}
+	s.Sum = time.Duration(h.sum.Load())
+	return s
 }
 
 // quantile returns the upper bound of the bucket holding quantile q, 0
 // with no observations.
 func (h *latency) quantile(q float64) time.Duration {
-	var counts [32]uint64
+	var counts [latencyBuckets]uint64
 	var n uint64
 	for i := range h.buckets {
 		counts[i] = h.buckets[i].Load()
@@ -163,6 +205,17 @@ func (h *latency) quantile(q float64) time.Duration {
 		}
 	}
 	return 0
+}
+
+// FlushLatency returns how long the flushes since Open took, each the
+// WAL's sync together with the flushes of what its group's events name
+// (SyncStats.Flushes of them); empty for a read-only Log. The bounds
+// double from 1 µs.
+func (l *Log) FlushLatency() Histogram {
+	if l.db == nil {
+		return Histogram{}
+	}
+	return l.flushTime.snapshot()
 }
 
 // SyncStats describes the commit path since Open.

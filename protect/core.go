@@ -256,6 +256,17 @@ func cleanDir(dir string) {
 	}
 }
 
+// InFlight returns how many intents the in-flight table holds now:
+// changes under way, write handles open (each holds its intent until its
+// release) and changes kept for a later event (0 for a Core built by
+// hand).
+func (c *Core) InFlight() int {
+	if c.inflight == nil {
+		return 0
+	}
+	return c.inflight.inUse()
+}
+
 // Backing returns the protected directory's absolute path.
 func (c *Core) Backing() string { return c.backing }
 

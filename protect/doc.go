@@ -16,7 +16,8 @@
 // Every change records its intent in the in-flight table before it
 // starts and clears it once its event is durable (inflight.go); Open
 // journals, from the tree as it is, the changes a process that died left
-// without their events.
+// without their events. InFlight says how many intents the table holds
+// (the mount's metrics export it).
 //
 // A power loss takes back more than a dead process does. The journal's
 // write-ahead file may hold events whose group flush never finished, and

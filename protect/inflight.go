@@ -182,6 +182,14 @@ func (t *inflight) end(slot int) {
 	t.free = append(t.free, slot)
 }
 
+// inUse is how many slots hold an intent: changes under way, write
+// handles open, and intents held for a later event.
+func (t *inflight) inUse() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.next - len(t.free)
+}
+
 // hold keeps slot's intent past end, until release.
 func (t *inflight) hold(slot int) {
 	t.mu.Lock()

@@ -139,3 +139,41 @@ func TestInflightTableDamaged(t *testing.T) {
 		t.Errorf("Findings = %q, want it to say %q", got, want)
 	}
 }
+
+// TestInFlight: the core counts the intents its table holds: a write
+// handle's from its open to its release, none once every change is done.
+func TestInFlight(t *testing.T) {
+	h := openHarness(t, t.TempDir())
+	defer h.close(t)
+	if n := h.core.InFlight(); n != 0 {
+		t.Fatalf("a fresh mount has %d intents in flight", n)
+	}
+	a, err := h.core.Create(ctx, "a", uint32(os.O_WRONLY), 0o644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.File().Close()
+	b, err := h.core.Create(ctx, "b", uint32(os.O_WRONLY), 0o644, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.File().Close()
+	if n := h.core.InFlight(); n != 2 {
+		t.Errorf("two write handles open: %d intents in flight, want 2", n)
+	}
+	for _, hd := range []struct {
+		h   *Handle
+		rel string
+	}{{a, "a"}, {b, "b"}} {
+		if err := hd.h.Flush(ctx, hd.rel, true); err != nil {
+			t.Fatal(err)
+		}
+		hd.h.Release()
+	}
+	if err := h.core.Unlink(ctx, "a", Use{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.core.InFlight(); n != 0 {
+		t.Errorf("every handle released, the unlink done: %d intents in flight, want 0", n)
+	}
+}

@@ -46,6 +46,7 @@ type mountOptions struct {
 	debug             bool
 	journalReserve    cli.ByteSize
 	sync              string
+	metrics           string
 	log               cli.LogFlags
 }
 
@@ -57,6 +58,13 @@ func newMountCmd(g *globalOptions) *cobra.Command {
 		Long: `Mount the backing directory at the mountpoint. Every delete or overwrite
 through the mount preserves the original in cmroot and journals an event.
 
+With --metrics ADDR the mount serves Prometheus metrics at
+http://ADDR/metrics while it runs: operations by result, originals
+preserved by method, cmroot's size, the journal's flushes and their
+latency, intents in flight, what recovery found and the --sync mode
+(docs/metrics.md lists them). Plain HTTP without authentication: bind
+it where only those who may see these numbers can reach it.
+
 The mount runs in the foreground until SIGINT/SIGTERM or until it is
 unmounted (cmfs umount, or umount(8)), then exits 0 with everything
 flushed. With --daemon it runs in the background and the command returns
@@ -67,7 +75,8 @@ reports READY=1 once the mount answers through FUSE, STATUS= lines on
 the way, and STOPPING=1 as it begins to unmount; with WatchdogSec= it
 sends WATCHDOG=1 while a statfs through the mount answers.`,
 		Example: `  cmfs mount /data/warehouse /mnt/warehouse
-  cmfs mount --daemon --retain 72h --exclude '_tmp*' -o allow_other /data/warehouse /mnt/warehouse`,
+  cmfs mount --daemon --retain 72h --exclude '_tmp*' -o allow_other /data/warehouse /mnt/warehouse
+  cmfs mount --daemon --metrics 127.0.0.1:9890 /data/warehouse /mnt/warehouse`,
 		Args: exactArgs(2, "BACKING and MOUNTPOINT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runMount(cmd.Context(), g, opts, args)
@@ -86,6 +95,7 @@ sends WATCHDOG=1 while a statfs through the mount answers.`,
 	opts.journalReserve = journal.DefaultReserve
 	f.Var(&opts.journalReserve, "journal-reserve", "space kept allocated for the journal; changes are refused (ENOSPC) while it cannot be kept")
 	f.StringVar(&opts.sync, "sync", "always", "when a change is durable: `always` (before it returns) or interval[:DUR] (written before it returns, so a kill -9 loses nothing; flushed within DUR, default 50ms, so a power loss may take back the last DUR)")
+	f.StringVar(&opts.metrics, "metrics", "", "serve Prometheus metrics on `ADDR` (default: off)")
 	opts.log.Register(f)
 	return cmd
 }
@@ -104,6 +114,7 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 type mountPlan struct {
 	mountpoint string
 	cfg        fusefs.Config
+	metrics    string // --metrics, checked
 }
 
 func (p mountPlan) target() target {
@@ -162,6 +173,9 @@ func planMount(opts mountOptions, args []string) (mountPlan, error) {
 	if err != nil {
 		return p, err
 	}
+	if err := checkMetricsAddr(opts.metrics); err != nil {
+		return p, err
+	}
 	cfg := fusefs.Config{
 		Sync:           syncMode,
 		SyncInterval:   syncInterval,
@@ -187,7 +201,7 @@ func planMount(opts mountOptions, args []string) (mountPlan, error) {
 	if err := prepareState(state); err != nil {
 		return p, err
 	}
-	return mountPlan{mountpoint: mnt, cfg: cfg.WithDefaults()}, nil
+	return mountPlan{mountpoint: mnt, cfg: cfg.WithDefaults(), metrics: opts.metrics}, nil
 }
 
 // resolvePath returns p with the symlinks of its longest existing prefix
@@ -291,6 +305,15 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 			}
 		}
 	}
+	// The metrics address is taken first: one in use fails the mount
+	// before anything is opened. Served once mounted, stopped before the
+	// journal and cmroot close (the deferred close below, once served).
+	metrics, err := listenMetrics(plan.metrics)
+	if err != nil {
+		return err
+	}
+	defer metrics.close()
+	cfg.Stats = metrics.opStats()
 	// The last mount's record, before this one replaces it (a live mount
 	// holding the journal makes the open below fail). One that did not
 	// stop cleanly, with a reboot since, may have lost to a power cut what
@@ -387,6 +410,10 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 	}
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", plan.mountpoint, err)
+	}
+	if addr := metrics.serve(j, store, rec); addr != "" {
+		defer metrics.close()
+		log.Debug("metrics", slog.String("url", "http://"+addr+"/metrics"))
 	}
 	ctlCtx, stopCtl := context.WithCancel(context.Background())
 	ctlDone := make(chan struct{})
@@ -622,6 +649,9 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 	}
 	for _, o := range opts.options {
 		args = append(args, "-o", o)
+	}
+	if plan.metrics != "" {
+		args = append(args, "--metrics", plan.metrics)
 	}
 	args = append(args, "--", cfg.Backing, plan.mountpoint)
 

@@ -54,6 +54,8 @@ func TestBadInput(t *testing.T) {
 		{"bad log format", []string{"mount", "--log-format", "xml", backing, mnt}, `invalid argument "xml" for "--log-format" flag: want text or json`},
 		{"bad log level", []string{"mount", "--log-level", "loud", backing, mnt}, `invalid argument "loud" for "--log-level" flag: want debug, info, warn or error`},
 		{"bad exclude", []string{"mount", "--exclude", "a/b", backing, mnt}, "not a glob of one path component"},
+		{"bad metrics address", []string{"mount", "--metrics", "9890", backing, mnt}, `--metrics "9890": want HOST:PORT, such as 127.0.0.1:9890`},
+		{"bad metrics port", []string{"mount", "--metrics", "127.0.0.1:99999", backing, mnt}, `--metrics "127.0.0.1:99999": want HOST:PORT`},
 		{"mount no args", []string{"mount"}, "need BACKING and MOUNTPOINT"},
 		{"mount one arg", []string{"mount", backing}, "need BACKING and MOUNTPOINT"},
 		{"missing backing", []string{"mount", filepath.Join(dir, "nope"), mnt}, "does not exist"},

@@ -1,5 +1,6 @@
-// Package metricsrv is the HTTP server of replicad's Prometheus metrics
-// (serve --metrics, follow --metrics) and of serve --http, which adds the
+// Package metricsrv is the HTTP server of the Prometheus metrics of
+// replicad (serve --metrics, follow --metrics) and of the cmfs mount
+// (mount --metrics), and of serve --http, which adds the
 // status page beside /metrics: a listener opened first, so that an
 // address in use fails before anything else is set up, then served until
 // the command's context ends.
