@@ -18,8 +18,22 @@ import (
 const diffOps = 10000
 
 // diffDirs are the directories the random operations work in: plain ones,
-// the warehouse layout, and an excluded staging directory.
-var diffDirs = []string{"a", "a/b", "w.db", "w.db/t", "w.db/t/p=1", "w.db/t/p=2", "w.db/t/_temporary", "x"}
+// the warehouse layout, an excluded staging directory, and one so deep
+// that its files' paths from the mount's root are nearly PATH_MAX long.
+var diffDirs = []string{"a", "a/b", "w.db", "w.db/t", "w.db/t/p=1", "w.db/t/p=2", "w.db/t/_temporary", "x", diffLong}
+
+// diffLong is the deep directory: 127-byte components (as pjdfstest's),
+// about 3900 bytes in all. TestDifferential keeps the mount's and the
+// native tree's own paths short and gives the backing directory a long
+// one, so that the daemon's backing path of a file there is longer than
+// PATH_MAX while both callers' paths fit.
+var diffLong = func() string {
+	var parts []string
+	for i := 0; len(parts)*128 < 3900; i++ {
+		parts = append(parts, strings.Repeat(string(rune('a'+i%26)), 127))
+	}
+	return "L/" + strings.Join(parts, "/")
+}()
 
 var diffNames = []string{"f0", "f1", "f2", "f3"}
 
@@ -35,7 +49,7 @@ var diffPaths = func() []string {
 	return paths
 }()
 
-var diffPerms = []uint32{0o600, 0o644, 0o755, 0o400, 0o444, 0o700, 0o640, 0o001}
+var diffPerms = []uint32{0o600, 0o644, 0o755, 0o400, 0o444, 0o700, 0o640, 0o001, 0o4755, 0o2750, 0o1777, 0o6777, 0o620}
 
 // diffOp is one random operation, applied identically to both trees.
 type diffOp struct {
@@ -119,7 +133,7 @@ func randomOp(rng *rand.Rand) diffOp {
 		o.path2 = diffNames[rng.IntN(len(diffNames))]
 	case "mkdir":
 		o.path = diffDirs[rng.IntN(len(diffDirs))]
-		o.mode = 0o755
+		o.mode = []uint32{0o755, 0o755, 0o1777, 0o2775, 0o700}[rng.IntN(5)]
 		if rng.IntN(4) == 0 {
 			o.path = pick()
 		}
@@ -244,8 +258,22 @@ func TestDifferential(t *testing.T) {
 		seed = time.Now().UnixNano()
 	}
 	t.Logf("seed %d (rerun with: go test ./integration/ -run TestDifferential -seed %d)", seed, seed)
-	m := mount(t)
+	// A backing path 250 bytes longer than the mount's (diffLong).
+	backing := filepath.Join(t.TempDir(), strings.Repeat("b", 250))
+	if err := os.Mkdir(backing, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The state elsewhere: its control socket's path must stay short.
+	m := mountAt(t, backing, "--state", filepath.Join(t.TempDir(), "state"))
 	native := t.TempDir()
+	for _, root := range []string{native, m.Mnt} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(diffLong)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(m.Backing) + 1 + len(diffLong) + 3; n < pathMax || len(m.Mnt)+1+len(diffLong)+3 >= pathMax {
+		t.Fatalf("the premise: a backing path of %d bytes must not fit in a call, the mount's must", n)
+	}
 	rng := rand.New(rand.NewPCG(uint64(seed), uint64(seed)>>32|1))
 
 	start := time.Now()
@@ -259,6 +287,7 @@ func TestDifferential(t *testing.T) {
 	}
 	okCount := map[string]int{}
 	errCount := map[string]int{}
+	deep := 0 // operations in diffLong that succeeded
 	for i := range diffOps {
 		o := randomOp(rng)
 		wantErr, wantOut := o.apply(native)
@@ -274,6 +303,9 @@ func TestDifferential(t *testing.T) {
 				seed, i, o, gotErr, gotErr, gotOut, wantErr, wantErr, wantOut, strings.Join(recent, "\n"), dumpLog())
 		}
 		if wantErr == 0 {
+			if strings.HasPrefix(o.path, diffLong+"/") {
+				deep++
+			}
 			okCount[o.kind]++
 		} else {
 			errCount[o.kind]++
@@ -290,6 +322,9 @@ func TestDifferential(t *testing.T) {
 		kinds = append(kinds, fmt.Sprintf("%s %d/%d", k.kind, okCount[k.kind], okCount[k.kind]+errCount[k.kind]))
 	}
 	sort.Strings(kinds)
-	t.Logf("%d operations in %v (succeeded/total): %s", diffOps, time.Since(start).Round(time.Millisecond), strings.Join(kinds, ", "))
+	t.Logf("%d operations in %v (succeeded/total): %s; %d succeeded in the deep directory", diffOps, time.Since(start).Round(time.Millisecond), strings.Join(kinds, ", "), deep)
+	if deep == 0 {
+		t.Errorf("no operation on a file in the deep directory succeeded: the long paths went untested")
+	}
 	checkEvents(t, m, events(t, m.State), false)
 }
