@@ -4,7 +4,9 @@
 // node into a path relative to the backing directory, holds what the core
 // must see steady (a node's open handles, the order of inode replacement
 // against releases), calls the core, and turns its error into an errno in
-// one place (toErrno).
+// one place (toErrno). The loopback's own calls that would join the
+// backing directory's path in front of a node's are made on the core's
+// tree instead (backing.go).
 //
 // The adapter keeps what only FUSE needs: a node keeps its identity when
 // the core puts a new inode in place of its file's (O_TRUNC keeps the

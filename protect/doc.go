@@ -2,7 +2,9 @@
 // relative to a backing directory, it decides what must be kept, keeps it
 // in cmroot, makes the change, flushes what the change's event names,
 // journals the event and, where a step fails, undoes what the earlier
-// steps did. It knows nothing of FUSE: package fusefs adapts go-fuse's calls
+// steps did. Every call it makes on the tree is relative to the backing
+// directory's descriptor (internal/at, Core.Tree): no backing path is
+// ever longer than the caller's. It knows nothing of FUSE: package fusefs adapts go-fuse's calls
 // to it, and tests call it directly, crashing it between any two steps
 // (failpoints.go) to check that recovery keeps the guarantees:
 //
