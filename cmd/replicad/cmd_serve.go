@@ -13,9 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/cmfs-project/cmfs/cluster"
@@ -347,6 +344,12 @@ func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error
 		return fmt.Errorf("listen %s: %w", opts.listen, cli.UnwrapOp(err))
 	}
 	cfg := srv.Config()
+	// What serves beside the source (metrics, the page, notify) stops
+	// with it: cancel, then wait.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	metrics := ""
 	if opts.metrics != "" {
 		mlis, err := metricsrv.Listen(opts.metrics)
@@ -354,13 +357,7 @@ func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error
 			lis.Close()
 			return err
 		}
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(&slotCollector{src: srv}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		metrics = fmt.Sprintf(", metrics http://%s/metrics", metricsrv.Serve(ctx, &wg, mlis, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+		metrics = fmt.Sprintf(", metrics http://%s/metrics", metricsrv.Serve(ctx, &wg, mlis, sourceMetrics(srv)))
 	}
 	if opts.http != "" {
 		hlis, err := listenHTTP(opts.http)
@@ -368,10 +365,6 @@ func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error
 			lis.Close()
 			return err
 		}
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
 		page := statuspage.Config{Addr: lis.Addr().String(), Warehouse: warehousePage(srv, false)}
 		metrics += ", " + serveHTTP(ctx, &wg, hlis, page, sourceMetrics(srv))
 	}
@@ -382,10 +375,6 @@ func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error
 		lis.Close()
 		return err
 	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	notifyService(ctx, &wg, probe, hs, listening, logger)
 	return srv.Serve(ctx, lis)
 }
