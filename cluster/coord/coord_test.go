@@ -183,15 +183,23 @@ func TestCoordinatorOpState(t *testing.T) {
 	}
 }
 
-// TestCoordinatorDropsDeadCarrier: a replicate whose source node dies
-// before it reports is not waited for until its deadline: the next cycle
-// drops it and sends the copy from a node alive.
-func TestCoordinatorDropsDeadCarrier(t *testing.T) {
+// twoCopies is a coordinator that knows n1 and n2 each holding a copy of
+// container 7 (replica:3), and n3 holding none, on three racks.
+func twoCopies(t *testing.T) (*Coordinator, *clock) {
+	t.Helper()
 	clk := &clock{t: time.Unix(1000, 0)}
 	c := newCoord(t, filepath.Join(t.TempDir(), "cluster.db"), clk)
 	beat(t, c, "n1", true, closed(7))
 	beat(t, c, "n2", true, closed(7))
 	beat(t, c, "n3", true)
+	return c, clk
+}
+
+// TestCoordinatorDropsDeadCarrier: a replicate whose source node dies
+// before it reports is not waited for until its deadline: the next cycle
+// drops it and sends the copy from a node alive.
+func TestCoordinatorDropsDeadCarrier(t *testing.T) {
+	c, clk := twoCopies(t)
 	if err := c.Cycle(); err != nil {
 		t.Fatal(err)
 	}
@@ -221,11 +229,7 @@ func TestCoordinatorDropsDeadCarrier(t *testing.T) {
 // operational state, the commands issued by kind, and those dropped
 // unfinished by why: a failure reported, a deadline passed, a node dead.
 func TestCoordinatorStatusCounts(t *testing.T) {
-	clk := &clock{t: time.Unix(1000, 0)}
-	c := newCoord(t, filepath.Join(t.TempDir(), "cluster.db"), clk)
-	beat(t, c, "n1", true, closed(7))
-	beat(t, c, "n2", true, closed(7))
-	beat(t, c, "n3", true)
+	c, clk := twoCopies(t)
 	if _, err := c.SetOpState("n3", cluster.Decommissioning, time.Time{}); err != nil {
 		t.Fatal(err)
 	}

@@ -201,12 +201,12 @@ func (c *slotCollector) Collect(ch chan<- prometheus.Metric) {
 // served. A source alone (sourceMetrics) and a node that serves a
 // warehouse register the same ones.
 func sourceCollectors(src *source.Server) []prometheus.Collector {
-	return []prometheus.Collector{&slotCollector{src: src}, sourceCollector{src: src}}
+	return []prometheus.Collector{&slotCollector{src: src}, sourceCollector{stats: src.Stats}}
 }
 
 // sourceCollector exposes what a source served, read from the server's
 // own counters (source.Server.Stats) at each scrape.
-type sourceCollector struct{ src *source.Server }
+type sourceCollector struct{ stats func() source.ServerStats }
 
 var (
 	descSourceRequests = prometheus.NewDesc("replicad_source_requests_total", "Calls of the source service that passed authentication, by method and result (ok, or the gRPC code).", []string{"method", "result"}, nil)
@@ -224,7 +224,7 @@ func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.src.Stats()
+	st := c.stats()
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
-	"net"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -12,12 +10,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
 
 	"github.com/cmfs-project/cmfs/cluster"
 	"github.com/cmfs-project/cmfs/cluster/coord"
 	"github.com/cmfs-project/cmfs/cluster/store"
 	"github.com/cmfs-project/cmfs/container"
-	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/source"
 )
 
@@ -188,48 +186,39 @@ func TestClusterCollector(t *testing.T) {
 }
 
 // TestSourceCollector: what a source served, each method with its ok
-// series from the start, an error by its gRPC code's name.
+// series as the server counts it from the start, an error by its gRPC
+// code's name.
 func TestSourceCollector(t *testing.T) {
 	backing := t.TempDir()
-	srv, err := source.NewServer(source.Config{Backing: backing, State: t.TempDir(), Token: testToken(t)})
+	srv, err := source.NewServer(source.Config{Backing: backing, State: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := sourceCollector{src: srv}
-	got := gather(t, c)
+	defer srv.Close()
+	got := gather(t, sourceCollector{stats: srv.Stats})
 	if n := len(family(got, "replicad_source_requests_total")); n != 6 {
 		t.Errorf("%d request series before a call, want the ok one of each of 6 methods: %v", n, got)
 	}
 	expect(t, got, map[string]float64{
 		`replicad_source_requests_total{method="ReadFile",result="ok"}`: 0,
 		`replicad_source_events_sent_total{}`:                           0,
-		`replicad_source_files_sent_total{}`:                            0,
-		`replicad_source_bytes_sent_total{}`:                            0,
 	})
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	st := source.ServerStats{
+		Requests: []source.RequestCount{{Method: "ReadFile", Code: codes.OK, N: 3}, {Method: "ReadFile", Code: codes.NotFound, N: 1}, {Method: "Events", Code: codes.Canceled, N: 2}},
+		Events:   5, Files: 3, Bytes: 6000,
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	cl, err := source.Dial(ctx, lis.Addr().String(), source.WithToken(testToken(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := cl.Fetch(ctx, journal.File{Path: "missing", Size: 1, XXH64: journal.Sum([]byte("x"))}); !errors.Is(err, source.ErrNotFound) {
-		t.Fatalf("fetch of a missing file: %v", err)
-	}
-	expect(t, gather(t, c), map[string]float64{
+	got = gather(t, sourceCollector{stats: func() source.ServerStats { return st }})
+	want := map[string]float64{
+		`replicad_source_requests_total{method="ReadFile",result="ok"}`:       3,
 		`replicad_source_requests_total{method="ReadFile",result="NotFound"}`: 1,
-		`replicad_source_requests_total{method="ReadFile",result="ok"}`:       0,
-	})
+		`replicad_source_requests_total{method="Events",result="Canceled"}`:   2,
+		`replicad_source_events_sent_total{}`:                                 5,
+		`replicad_source_files_sent_total{}`:                                  3,
+		`replicad_source_bytes_sent_total{}`:                                  6000,
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d samples, want %d: %v", len(got), len(want), got)
+	}
+	expect(t, got, want)
 }
