@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cmfs-project/cmfs/internal/etcdtest"
 	"github.com/cmfs-project/cmfs/internal/wait"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/slot"
@@ -159,6 +160,18 @@ func TestReplicadMetricsSource(t *testing.T) {
 	}
 }
 
+// without is s less the families whose names start with prefix, for
+// checkDocumented.
+func (s scrape) without(prefix string) scrape {
+	out := scrape{types: map[string]string{}, labels: map[string][]string{}}
+	for name, typ := range s.types {
+		if !strings.HasPrefix(name, prefix) {
+			out.types[name], out.labels[name] = typ, s.labels[name]
+		}
+	}
+	return out
+}
+
 // slotOf is the one slot s reports.
 func slotOf(t *testing.T, s scrape) string {
 	t.Helper()
@@ -279,4 +292,53 @@ func TestReplicadMetricsCluster(t *testing.T) {
 		s := scrapeMetrics(t, coord.Metrics)
 		return nodes(s, "dead", "in_maintenance") == 1 && nodes(s, "healthy", "in_service") == 2 && sum(s, "replicad_cluster_nodes") == 3
 	})
+}
+
+// TestReplicadMetricsStandby: of two coordinators sharing an etcd store,
+// the one standing by serves replicad_cluster_leader 0 and no other
+// cluster metric; once the leader is killed, it leads and serves them
+// all, counting the nodes it hears from.
+func TestReplicadMetricsStandby(t *testing.T) {
+	srv := etcdtest.Start(t)
+	flags := append([]string{"--coordinator", "--cluster-store", "etcd://" + srv.Endpoint, "--leader-lease", "2s", "--metrics", "127.0.0.1:0"}, clusterFlags...)
+	a := startNode(t, "dn1", append([]string{"--rack", "r1"}, flags...)...)
+	t.Cleanup(func() { a.kill9(t) })
+	b := startNode(t, "dn2", append([]string{"--rack", "r2", "--join", a.Addr}, flags...)...)
+	t.Cleanup(func() { b.kill9(t) })
+
+	// cluster returns n's replicad_cluster_* families and its leader gauge.
+	cluster := func(n *replNode) (scrape, []string, float64) {
+		s := scrapeMetrics(t, n.Metrics)
+		var families []string
+		for name := range s.types {
+			if strings.HasPrefix(name, "replicad_cluster_") {
+				families = append(families, name)
+			}
+		}
+		return s, families, s.get("replicad_cluster_leader", "node="+n.name, "rack="+flagValue(n.extra, "--rack"))
+	}
+	var leader, standby *replNode
+	wait.For(t, 20*time.Second, "one of the two to lead", func() bool {
+		_, _, la := cluster(a)
+		_, _, lb := cluster(b)
+		switch {
+		case la == 1 && lb == 0:
+			leader, standby = a, b
+		case la == 0 && lb == 1:
+			leader, standby = b, a
+		}
+		return leader != nil
+	})
+	s, families, _ := cluster(standby)
+	if len(families) != 1 || families[0] != "replicad_cluster_leader" {
+		t.Errorf("standby %s serves %v, want replicad_cluster_leader alone", standby.name, families)
+	}
+	checkDocumented(t, s.without("replicad_cluster_"), "replicad_", docNode)
+	leader.kill9(t)
+	wait.For(t, 20*time.Second, standby.name+" to lead, hearing from itself", func() bool {
+		s, _, l := cluster(standby)
+		return l == 1 && s.get("replicad_cluster_nodes", "node="+standby.name, "rack="+flagValue(standby.extra, "--rack"), "health=healthy", "op_state=in_service") >= 1
+	})
+	s, _, _ = cluster(standby)
+	checkDocumented(t, s, "replicad_", docNode, docCoordinator)
 }
