@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,13 +37,10 @@ const (
 	Deleted State = "DELETED"
 )
 
-func (s State) valid() bool {
-	switch s {
-	case Open, Closing, Closed, Recovering, Unhealthy, Deleted:
-		return true
-	}
-	return false
-}
+// States are every state, in life-cycle order.
+var States = []State{Open, Closing, Closed, Recovering, Unhealthy, Deleted}
+
+func (s State) valid() bool { return slices.Contains(States, s) }
 
 // layoutVersion is the on-disk format this package writes and reads.
 const layoutVersion = 1

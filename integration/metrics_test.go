@@ -96,43 +96,56 @@ func (s scrape) get(name string, labels ...string) float64 {
 	return v
 }
 
-// documented is one row of docs/metrics.md's cmfs table.
+// documented is one row of a table of docs/metrics.md.
 type documented struct {
 	name, typ string
 	labels    []string
 }
 
-// cmfsMetricsDoc reads the table of docs/metrics.md's "## cmfs mount"
-// section: every metric the mount is documented to export.
-func cmfsMetricsDoc(t *testing.T) []documented {
+// The sections of docs/metrics.md (the start of each heading), each
+// listing what one kind of process serves.
+const (
+	docMount       = "cmfs mount"
+	docWarehouse   = "replicad serve, with a warehouse"
+	docNode        = "replicad serve, with `--volume`"
+	docCoordinator = "replicad serve, with `--coordinator`"
+	docFollow      = "replicad follow"
+)
+
+// metricsDoc reads the tables of docs/metrics.md's sections whose
+// headings start with one of sections: every metric documented there.
+func metricsDoc(t *testing.T, sections ...string) []documented {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "docs", "metrics.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sec, ok := strings.Cut(string(b), "\n## cmfs mount\n")
-	if !ok {
-		t.Fatal(`docs/metrics.md has no "## cmfs mount" section`)
-	}
-	sec, _, _ = strings.Cut(sec, "\n## ")
-	row := regexp.MustCompile("^\\| `(cmfs_[a-z0-9_]+)` \\| ([a-z]+) \\| ([^|]*) \\|")
+	row := regexp.MustCompile("^\\| `((?:cmfs|replicad)_[a-z0-9_]+)` \\| ([a-z]+) \\| ([^|]*) \\|")
 	var out []documented
-	for _, line := range strings.Split(sec, "\n") {
-		m := row.FindStringSubmatch(line)
-		if m == nil {
-			continue
+	for _, section := range sections {
+		_, sec, ok := strings.Cut(string(b), "\n## "+section)
+		if !ok {
+			t.Fatalf("docs/metrics.md has no %q section", "## "+section)
 		}
-		d := documented{name: m[1], typ: m[2]}
-		if ls := strings.TrimSpace(m[3]); ls != "—" {
-			for _, l := range strings.Split(ls, ",") {
-				d.labels = append(d.labels, strings.Trim(strings.TrimSpace(l), "`"))
+		sec, _, _ = strings.Cut(sec, "\n## ")
+		n := len(out)
+		for _, line := range strings.Split(sec, "\n") {
+			m := row.FindStringSubmatch(line)
+			if m == nil {
+				continue
 			}
+			d := documented{name: m[1], typ: m[2]}
+			if ls := strings.TrimSpace(m[3]); ls != "—" {
+				for _, l := range strings.Split(ls, ",") {
+					d.labels = append(d.labels, strings.Trim(strings.TrimSpace(l), "`"))
+				}
+			}
+			sort.Strings(d.labels)
+			out = append(out, d)
 		}
-		sort.Strings(d.labels)
-		out = append(out, d)
-	}
-	if len(out) == 0 {
-		t.Fatal("docs/metrics.md's cmfs section lists no metric")
+		if len(out) == n {
+			t.Fatalf("docs/metrics.md's %q section lists no metric", section)
+		}
 	}
 	return out
 }
@@ -167,7 +180,7 @@ func TestMountMetrics(t *testing.T) {
 	}
 	settle()
 	before := scrapeMetrics(t, addr)
-	checkDocumented(t, before)
+	checkDocumented(t, before, "cmfs_", docMount)
 
 	// The load.
 	writeFile(t, m.path("a"), bytes.Repeat([]byte("1"), 1000)) // create
@@ -232,7 +245,7 @@ func TestMountMetrics(t *testing.T) {
 		return rel >= 5 && after.get("cmfs_inflight_intents") == 0 &&
 			after.get("cmfs_journal_applies_total") > before.get("cmfs_journal_applies_total")
 	})
-	checkDocumented(t, after)
+	checkDocumented(t, after, "cmfs_", docMount)
 	delta := func(name string, labels ...string) float64 {
 		return after.get(name, labels...) - before.get(name, labels...)
 	}
@@ -318,12 +331,13 @@ func TestMountMetrics(t *testing.T) {
 	}
 }
 
-// checkDocumented: the cmfs metrics served are exactly those
-// docs/metrics.md lists, each of its type and with its labels.
-func checkDocumented(t *testing.T, s scrape) {
+// checkDocumented: the metrics whose names start with prefix ("cmfs_",
+// "replicad_") that s serves are exactly those docs/metrics.md lists in
+// sections, each of its type and with its labels.
+func checkDocumented(t *testing.T, s scrape, prefix string, sections ...string) {
 	t.Helper()
 	docs := map[string]documented{}
-	for _, d := range cmfsMetricsDoc(t) {
+	for _, d := range metricsDoc(t, sections...) {
 		docs[d.name] = d
 		typ, ok := s.types[d.name]
 		if !ok {
@@ -338,8 +352,8 @@ func checkDocumented(t *testing.T, s scrape) {
 		}
 	}
 	for name := range s.types {
-		if _, ok := docs[name]; strings.HasPrefix(name, "cmfs_") && !ok {
-			t.Errorf("%s is served and not documented in docs/metrics.md", name)
+		if _, ok := docs[name]; strings.HasPrefix(name, prefix) && !ok {
+			t.Errorf("%s is served and not documented in docs/metrics.md (%s)", name, strings.Join(sections, "; "))
 		}
 	}
 }
@@ -351,7 +365,7 @@ func TestMountMetricsSyncInterval(t *testing.T) {
 	m := mount(t, "--metrics", addr, "--sync", "interval:20ms")
 	writeFile(t, m.path("x"), []byte("x"))
 	s := scrapeMetrics(t, addr)
-	checkDocumented(t, s)
+	checkDocumented(t, s, "cmfs_", docMount)
 	if v, ok := s.value("cmfs_sync_info", "sync=interval:20ms"); !ok || v != 1 || len(s.series["cmfs_sync_info"]) != 1 {
 		t.Errorf("cmfs_sync_info: %s; want one series, sync=\"interval:20ms\", 1", grepLines(s.raw, "cmfs_sync_info"))
 	}

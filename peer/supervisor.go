@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -295,6 +296,10 @@ func (s *Supervisor) Handler() http.Handler {
 // metrics, such as the source's replication slots).
 func (s *Supervisor) Register(c prometheus.Collector) error { return s.m.reg.Register(c) }
 
+// Labels returns the constant labels of the supervisor's metrics: node
+// and rack, each when set. A node's other metrics carry them too.
+func (s *Supervisor) Labels() prometheus.Labels { return maps.Clone(s.m.labels) }
+
 // Run starts queued jobs, highest priority first, as the limit allows,
 // until ctx ends; then it fails the queued jobs with ErrClosed, cancels
 // the running ones, waits for them and returns nil. It runs once.
@@ -437,6 +442,7 @@ func (h *jobHeap) Pop() any {
 // metrics are a Supervisor's Prometheus series.
 type metrics struct {
 	reg                       *prometheus.Registry
+	labels                    prometheus.Labels // node, rack
 	queued, inFlight, limit   prometheus.Gauge
 	success, failure, timeout prometheus.Counter
 	sent, received            prometheus.Counter
@@ -464,6 +470,7 @@ func newMetrics(node, rack string) *metrics {
 	}, []string{"direction"})
 	m := &metrics{
 		reg:      prometheus.NewRegistry(),
+		labels:   labels,
 		queued:   gauge("queued", "Replication tasks waiting to run."),
 		inFlight: gauge("in_flight", "Replication tasks running."),
 		limit:    gauge("concurrency_limit", "How many replication tasks may run at once (doubled while decommissioning)."),
@@ -478,6 +485,11 @@ func newMetrics(node, rack string) *metrics {
 			ConstLabels: labels,
 			Buckets:     prometheus.ExponentialBuckets(0.05, 2, 17), // 50ms to about 55m
 		}, []string{"result"}),
+	}
+	// Every result has its series from the start, as the bytes'
+	// directions do.
+	for _, r := range []string{"success", "failure", "timeout"} {
+		m.duration.WithLabelValues(r)
 	}
 	m.reg.MustRegister(m.queued, m.inFlight, m.limit, m.success, m.failure, m.timeout, bytes, m.duration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

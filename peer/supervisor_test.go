@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
+	"maps"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // runSupervisor runs a supervisor of do until the test ends.
@@ -288,11 +291,18 @@ func TestMetrics(t *testing.T) {
 		"replicad_replication_concurrency_limit" + labels + " 10",
 		`replicad_replication_bytes_total{direction="sent",node="node-a",rack="r1"} ` + promFloat(len(data)),
 		`replicad_replication_duration_seconds_count{node="node-a",rack="r1",result="success"} 1`,
+		`replicad_replication_duration_seconds_count{node="node-a",rack="r1",result="timeout"} 0`,
 		"process_resident_memory_bytes",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+	if got := src.srv.Supervisor().Labels(); !maps.Equal(got, prometheus.Labels{"node": "node-a", "rack": "r1"}) {
+		t.Errorf("Labels() = %v, want node and rack", got)
+	}
+	if got := dst.srv.Supervisor().Labels(); !maps.Equal(got, prometheus.Labels{"node": "node-b"}) {
+		t.Errorf("Labels() without a rack = %v, want node alone", got)
 	}
 	rec := httptest.NewRecorder()
 	dst.srv.Metrics().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))

@@ -76,6 +76,15 @@
 // refuses to start without one. With TLS — the service registered on a
 // peer.Server node — the client certificate is the credential. A refused
 // credential is ErrUnauthenticated.
+//
+// # Counts
+//
+// A Server counts its calls by method and status code, and the events,
+// files and bytes its streams send (Stats, for replicad's metrics). The
+// counting is in the service's handlers as registered, so that it is the
+// same on Serve's own gRPC server and on a node's (Register); a call the
+// credentials check refuses is not counted.
+//
 // Errors cross the wire as gRPC status codes, translated in one place on
 // each side (toStatus, fromStatus), so errors.Is works on the client with
 // the sentinels below.

@@ -57,7 +57,11 @@ func (s *Server) Events(req *replpb.EventsRequest, stream grpc.ServerStreamingSe
 	defer cancel()
 	defer context.AfterFunc(s.life, cancel)()
 	err := s.walk(ctx, req.From, req.To, req.Follow, func(e *journal.Event) error {
-		return stream.Send(control.EventToProto(e))
+		if err := stream.Send(control.EventToProto(e)); err != nil {
+			return err
+		}
+		s.stats.events.Add(1)
+		return nil
 	})
 	if err != nil && s.life.Err() != nil && stream.Context().Err() == nil {
 		// The server is going away, not the client: end the stream cleanly.

@@ -35,7 +35,16 @@ const (
 
 // ReadFile implements replpb.SourceServer.
 func (s *Server) ReadFile(req *replpb.ReadFileRequest, stream grpc.ServerStreamingServer[replpb.Chunk]) error {
-	return toStatus(s.readFile(stream.Context(), req, stream.Send))
+	return toStatus(s.readFile(stream.Context(), req, func(c *replpb.Chunk) error {
+		if err := stream.Send(c); err != nil {
+			return err
+		}
+		s.stats.bytes.Add(uint64(len(c.Data)))
+		if c.Eof {
+			s.stats.files.Add(1)
+		}
+		return nil
+	}))
 }
 
 // readFile sends the file req names: the live one when its size matches

@@ -66,6 +66,9 @@ type Server struct {
 	denyRel []string
 	denyAbs []string
 	srv     *grpc.Server
+	// desc is the service as registered, every call counted in stats.
+	desc  *grpc.ServiceDesc
+	stats *counters
 
 	// life ends when Serve stops, so following streams end with it
 	// instead of holding the shutdown up.
@@ -132,7 +135,8 @@ func NewServer(cfg Config) (*Server, error) {
 		opts = append(opts, auth.ServerOptions(cfg.Token)...)
 	}
 	s.srv = grpc.NewServer(opts...)
-	replpb.RegisterSourceServer(s.srv, s)
+	s.desc = s.service()
+	s.srv.RegisterService(s.desc, s)
 	return s, nil
 }
 
@@ -208,7 +212,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // When ctx ends, following Events streams end, so that the other server's
 // graceful stop does not wait for them; call Close once it has stopped.
 func (s *Server) Register(ctx context.Context, reg grpc.ServiceRegistrar) {
-	replpb.RegisterSourceServer(reg, s)
+	reg.RegisterService(s.desc, s)
 	context.AfterFunc(ctx, s.end)
 }
 

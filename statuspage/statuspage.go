@@ -257,13 +257,10 @@ func (p *Page) events(ctx context.Context, w *Warehouse) error {
 	return err
 }
 
-// stateOrder is the order the page lists container states in.
-var stateOrder = []container.State{container.Open, container.Closing, container.Closed, container.Recovering, container.Unhealthy, container.Deleted}
-
 func (p *Page) containers() *NodeContainers {
 	list := p.cfg.Containers.List()
 	c := &NodeContainers{ByState: map[string]int{}, Total: len(list), List: []ContainerInfo{}}
-	for _, st := range stateOrder {
+	for _, st := range container.States {
 		c.ByState[string(st)] = 0
 	}
 	for _, d := range list {

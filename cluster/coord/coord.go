@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -103,6 +105,42 @@ type Coordinator struct {
 	lastCycle  time.Time
 	lastDur    time.Duration
 	last       cluster.Decision
+	issued     map[cluster.Kind]uint64 // commands Decide issued, since New
+	dropped    map[Drop]uint64         // pending commands dropped unfinished
+}
+
+// Why is why a pending command was dropped before its effect showed
+// (Decide issues it again while still needed).
+type Why uint8
+
+const (
+	// Failed: its node reported that it failed.
+	Failed Why = iota
+	// Expired: its deadline passed.
+	Expired
+	// NodeDead: the node carrying it out went DEAD.
+	NodeDead
+)
+
+// Whys are every reason, in order.
+var Whys = []Why{Failed, Expired, NodeDead}
+
+func (w Why) String() string {
+	switch w {
+	case Failed:
+		return "failed"
+	case Expired:
+		return "expired"
+	case NodeDead:
+		return "node_dead"
+	}
+	return "Why(" + strconv.Itoa(int(w)) + ")"
+}
+
+// Drop is a kind of command dropped, and why.
+type Drop struct {
+	Kind cluster.Kind
+	Why  Why
 }
 
 // New returns a coordinator resumed from cfg.Store.
@@ -121,6 +159,8 @@ func New(cfg Config) (*Coordinator, error) {
 		containers: make(map[cluster.ContainerID]cluster.Container),
 		replicas:   make(map[cluster.ContainerID]map[cluster.NodeID]cluster.Replica),
 		commands:   make(map[uint64]*command),
+		issued:     make(map[cluster.Kind]uint64),
+		dropped:    make(map[Drop]uint64),
 	}
 	now := cfg.Now()
 	for _, n := range snap.Nodes {
@@ -246,7 +286,7 @@ func (c *Coordinator) Cycle() error {
 	defer c.mu.Unlock()
 	start := c.cfg.Now()
 	c.health(start)
-	var finished []uint64
+	var finished, dead []uint64
 	for id, cmd := range c.commands {
 		if c.done(cmd) {
 			finished = append(finished, id)
@@ -254,10 +294,13 @@ func (c *Coordinator) Cycle() error {
 			// Its node will neither run it nor report it: Decide
 			// issues it again from a node alive.
 			c.cfg.Log.Warn("command dropped: its node is DEAD", "command", cmd.Command.Command.String(), "node", cmd.Node)
-			finished = append(finished, id)
+			dead = append(dead, id)
 		}
 	}
 	if err := c.forget(finished); err != nil {
+		return err
+	}
+	if err := c.drop(dead, NodeDead); err != nil {
 		return err
 	}
 	cfg := c.cfg.Decide
@@ -275,7 +318,7 @@ func (c *Coordinator) Cycle() error {
 			}
 		}
 	}
-	if err := c.forget(expired); err != nil {
+	if err := c.drop(expired, Expired); err != nil {
 		return err
 	}
 	for _, t := range d.Transitions {
@@ -304,6 +347,7 @@ func (c *Coordinator) Cycle() error {
 		}
 		for _, cmd := range cmds {
 			c.commands[cmd.ID] = &command{Command: cmd}
+			c.issued[cmd.Kind]++
 		}
 	}
 	c.last = d
@@ -322,6 +366,24 @@ func (c *Coordinator) forget(ids []uint64) error {
 	}
 	for _, id := range ids {
 		delete(c.commands, id)
+	}
+	return nil
+}
+
+// drop forgets pending commands that did not finish, for why, and
+// counts them. mu is held.
+func (c *Coordinator) drop(ids []uint64, why Why) error {
+	kinds := make([]cluster.Kind, 0, len(ids))
+	for _, id := range ids {
+		if cmd := c.commands[id]; cmd != nil {
+			kinds = append(kinds, cmd.Kind)
+		}
+	}
+	if err := c.forget(ids); err != nil {
+		return err
+	}
+	for _, k := range kinds {
+		c.dropped[Drop{Kind: k, Why: why}]++
 	}
 	return nil
 }
@@ -399,7 +461,7 @@ func (c *Coordinator) Heartbeat(b Beat) (Reply, error) {
 		c.cfg.Log.Warn("command failed", "command", cmd.Command.Command.String(), "node", id, "err", r.Err)
 		failed = append(failed, r.Command)
 	}
-	if err := c.forget(failed); err != nil {
+	if err := c.drop(failed, Failed); err != nil {
 		return Reply{}, err
 	}
 	for _, cmd := range c.sortedCommands() {
@@ -578,14 +640,35 @@ type Status struct {
 	Leader            string
 	// Decision is the last cycle's: classes, waiting.
 	Decision cluster.Decision
+	// NodeStates counts the nodes by health (as of the call) and
+	// operational state; a pair no node is in is absent.
+	NodeStates map[NodeState]int
+	// Issued counts the commands the replication manager issued since
+	// the coordinator started (New), by kind; Dropped those it dropped
+	// unfinished since, by kind and why.
+	Issued  map[cluster.Kind]uint64
+	Dropped map[Drop]uint64
 }
 
-// Status returns the counts of the last cycle.
+// NodeState is a node's health and operational state together.
+type NodeState struct {
+	Health  cluster.Health
+	OpState cluster.OpState
+}
+
+// Status returns the counts of the last cycle, the nodes' states as of
+// now, and the commands issued and dropped so far.
 func (c *Coordinator) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.health(c.cfg.Now())
+	states := make(map[NodeState]int)
+	for _, n := range c.nodes {
+		states[NodeState{Health: n.health, OpState: n.OpState}]++
+	}
 	return Status{
 		Nodes: len(c.nodes), Containers: len(c.containers), Pending: len(c.commands),
 		LastCycle: c.lastCycle, LastCycleDuration: c.lastDur, Leader: c.cfg.Leader, Decision: c.last,
+		NodeStates: states, Issued: maps.Clone(c.issued), Dropped: maps.Clone(c.dropped),
 	}
 }

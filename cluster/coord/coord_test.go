@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"maps"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -182,15 +183,23 @@ func TestCoordinatorOpState(t *testing.T) {
 	}
 }
 
-// TestCoordinatorDropsDeadCarrier: a replicate whose source node dies
-// before it reports is not waited for until its deadline: the next cycle
-// drops it and sends the copy from a node alive.
-func TestCoordinatorDropsDeadCarrier(t *testing.T) {
+// twoCopies is a coordinator that knows n1 and n2 each holding a copy of
+// container 7 (replica:3), and n3 holding none, on three racks.
+func twoCopies(t *testing.T) (*Coordinator, *clock) {
+	t.Helper()
 	clk := &clock{t: time.Unix(1000, 0)}
 	c := newCoord(t, filepath.Join(t.TempDir(), "cluster.db"), clk)
 	beat(t, c, "n1", true, closed(7))
 	beat(t, c, "n2", true, closed(7))
 	beat(t, c, "n3", true)
+	return c, clk
+}
+
+// TestCoordinatorDropsDeadCarrier: a replicate whose source node dies
+// before it reports is not waited for until its deadline: the next cycle
+// drops it and sends the copy from a node alive.
+func TestCoordinatorDropsDeadCarrier(t *testing.T) {
+	c, clk := twoCopies(t)
 	if err := c.Cycle(); err != nil {
 		t.Fatal(err)
 	}
@@ -213,5 +222,101 @@ func TestCoordinatorDropsDeadCarrier(t *testing.T) {
 	}
 	if st := c.Status(); st.Pending != 1 {
 		t.Errorf("%d commands pending, want 1 (n1's dropped)", st.Pending)
+	}
+}
+
+// TestCoordinatorStatusCounts: Status counts the nodes by health and
+// operational state, the commands issued by kind, and those dropped
+// unfinished by why: a failure reported, a deadline passed, a node dead.
+func TestCoordinatorStatusCounts(t *testing.T) {
+	c, clk := twoCopies(t)
+	if _, err := c.SetOpState("n3", cluster.Decommissioning, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	beat(t, c, "n4", true)
+	st := c.Status()
+	if len(st.Issued) != 0 || len(st.Dropped) != 0 {
+		t.Errorf("before a cycle: issued %v, dropped %v; want none", st.Issued, st.Dropped)
+	}
+	want := map[NodeState]int{{cluster.Healthy, cluster.InService}: 3, {cluster.Healthy, cluster.Decommissioning}: 1}
+	if !maps.Equal(st.NodeStates, want) {
+		t.Errorf("node states %v, want %v", st.NodeStates, want)
+	}
+
+	cycle := func() {
+		t.Helper()
+		if err := c.Cycle(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// commands hands out the commands of the nodes alive.
+	commands := func(alive ...string) []store.Command {
+		t.Helper()
+		var out []store.Command
+		for _, n := range alive {
+			out = append(out, beat(t, c, n, false).Commands...)
+		}
+		return out
+	}
+	cycle()
+	cmds := commands("n1", "n2", "n3", "n4")
+	if len(cmds) != 1 || cmds[0].Kind != cluster.Replicate {
+		t.Fatalf("first cycle: %+v, want one replicate", cmds)
+	}
+	// Its node reports it failed.
+	if _, err := c.Heartbeat(Beat{Node: store.Node{ID: cmds[0].Node, Addr: "addr-" + string(cmds[0].Node), Rack: "r" + string(cmds[0].Node[1:])},
+		Results: []Result{{Command: cmds[0].ID, Err: "disk on fire"}}}); err != nil {
+		t.Fatal(err)
+	}
+	cycle()
+	cmds = commands("n1", "n2", "n3", "n4")
+	if len(cmds) != 1 {
+		t.Fatalf("after the failure: %+v, want the replicate again", cmds)
+	}
+	// It passes its deadline, all nodes beating on.
+	clk.add(cluster.DefaultTimeout + time.Second)
+	commands("n1", "n2", "n3", "n4")
+	cycle()
+	cmds = commands("n1", "n2", "n3", "n4")
+	if len(cmds) != 1 {
+		t.Fatalf("after the deadline: %+v, want the replicate again", cmds)
+	}
+	// Its node dies.
+	carrier := string(cmds[0].Node)
+	var alive []string
+	for _, n := range []string{"n1", "n2", "n3", "n4"} {
+		if n != carrier {
+			alive = append(alive, n)
+		}
+	}
+	for range 3 {
+		clk.add(10 * time.Second)
+		commands(alive...)
+	}
+	cycle()
+
+	st = c.Status()
+	if want := map[cluster.Kind]uint64{cluster.Replicate: 4}; !maps.Equal(st.Issued, want) {
+		t.Errorf("issued %v, want %v", st.Issued, want)
+	}
+	wantDropped := map[Drop]uint64{{cluster.Replicate, Failed}: 1, {cluster.Replicate, Expired}: 1, {cluster.Replicate, NodeDead}: 1}
+	if !maps.Equal(st.Dropped, wantDropped) {
+		t.Errorf("dropped %v, want %v", st.Dropped, wantDropped)
+	}
+	deadState := cluster.InService
+	if carrier == "n3" {
+		deadState = cluster.Decommissioning
+	}
+	dead := 0
+	for s, n := range st.NodeStates {
+		if s.Health == cluster.Dead {
+			dead += n
+			if s.OpState != deadState || n != 1 {
+				t.Errorf("dead: %d in %v, want %s alone, %v", n, s.OpState, carrier, deadState)
+			}
+		}
+	}
+	if dead != 1 || st.Nodes != 4 {
+		t.Errorf("node states %v, want %s DEAD of 4", st.NodeStates, carrier)
 	}
 }

@@ -25,7 +25,9 @@
 // the new ones as pending, for their node's next heartbeat. A replicate
 // goes to its first source (in pull mode too: the source asks the
 // target to download it, peer's pull); a delete to the node holding the
-// replica.
+// replica. Status counts, for metrics, the commands issued by kind and
+// those dropped unfinished by why (Failed, Expired, NodeDead), from the
+// coordinator's start: a new leader counts from 0.
 //
 // # Agent
 //

@@ -69,6 +69,9 @@ func NewStandbyService(leader func(context.Context) (string, error)) *Service {
 // Lead serves c from now on; nil: stand by again.
 func (s *Service) Lead(c *Coordinator) { s.c.Store(c) }
 
+// Coordinator returns the coordinator served now; nil while standing by.
+func (s *Service) Coordinator() *Coordinator { return s.c.Load() }
+
 // coord returns the coordinator serving, or the standby's refusal.
 func (s *Service) coord(ctx context.Context) (*Coordinator, error) {
 	if c := s.c.Load(); c != nil {

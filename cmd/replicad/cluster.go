@@ -84,6 +84,10 @@ func startCluster(ctx context.Context, g *globalOptions, opts serveOptions, node
 			}
 			svc := coord.NewStandbyService(st.Leader)
 			clusterpb.RegisterCoordinatorServer(node, svc)
+			if err := node.Supervisor().Register(newClusterCollector(svc, node.Supervisor().Labels())); err != nil {
+				st.Close()
+				return role, err
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -112,6 +116,10 @@ func startCluster(ctx context.Context, g *globalOptions, opts serveOptions, node
 			}
 			role.local = coord.NewService(c)
 			clusterpb.RegisterCoordinatorServer(node, role.local)
+			if err := node.Supervisor().Register(newClusterCollector(role.local, node.Supervisor().Labels())); err != nil {
+				st.Close()
+				return role, err
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

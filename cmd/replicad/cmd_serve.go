@@ -146,8 +146,13 @@ its peers with its own token, so nodes on one host share one
 --token-file. --metrics ADDR
 serves Prometheus metrics on http://ADDR/metrics: the warehouse's
 replication slots (replicad_slot_*: each destination's position, lag in
-events, and the cmroot entries and bytes it pins) and, with --volume, the
-container replication metrics.
+events, and the cmroot entries and bytes it pins) and what the source
+served (replicad_source_*: calls by method and result, events, files and
+bytes sent); with --volume, the container replication metrics
+(replicad_replication_*) and the volumes' (replicad_volume_*: containers
+by state, used and free bytes); with --coordinator, the cluster's
+(replicad_cluster_*: nodes by health and operational state, containers
+by class, commands issued), while it leads. docs/metrics.md lists them.
 
 --http ADDR serves a live status page on http://ADDR/ (it refreshes itself
 every second), the JSON it reads on http://ADDR/status.json, and the same
@@ -473,6 +478,9 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 		return err
 	}
 	hs := registerHealth(node)
+	if err := node.Supervisor().Register(newVolumeCollector(store, node.Supervisor().Labels())); err != nil {
+		return err
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -486,8 +494,10 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 		}
 		defer src.Close()
 		src.Register(ctx, node)
-		if err := node.Supervisor().Register(&slotCollector{src: src}); err != nil {
-			return err
+		for _, c := range sourceCollectors(src) {
+			if err := node.Supervisor().Register(c); err != nil {
+				return err
+			}
 		}
 	}
 	var feed *ingest.Feed

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
 
 	"github.com/cmfs-project/cmfs/slot"
 	"github.com/cmfs-project/cmfs/source"
@@ -194,4 +195,47 @@ func (c *slotCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descSlotBytes, float64(p.Bytes), p.Name)
 		gauge(descSlotLost, lost, p.Name)
 	}
+}
+
+// sourceCollectors are the metrics of a source: its slots and what it
+// served. A source alone (sourceMetrics) and a node that serves a
+// warehouse register the same ones.
+func sourceCollectors(src *source.Server) []prometheus.Collector {
+	return []prometheus.Collector{&slotCollector{src: src}, sourceCollector{stats: src.Stats}}
+}
+
+// sourceCollector exposes what a source served, read from the server's
+// own counters (source.Server.Stats) at each scrape.
+type sourceCollector struct{ stats func() source.ServerStats }
+
+var (
+	descSourceRequests = prometheus.NewDesc("replicad_source_requests_total", "Calls of the source service that passed authentication, by method and result (ok, or the gRPC code).", []string{"method", "result"}, nil)
+	descSourceEvents   = prometheus.NewDesc("replicad_source_events_sent_total", "Journal events sent to destinations (Events streams).", nil, nil)
+	descSourceFiles    = prometheus.NewDesc("replicad_source_files_sent_total", "Files sent whole to destinations (ReadFile).", nil, nil)
+	descSourceBytes    = prometheus.NewDesc("replicad_source_bytes_sent_total", "File bytes sent to destinations (ReadFile), those of files cut short included.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descSourceRequests, descSourceEvents, descSourceFiles, descSourceBytes} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.stats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	for _, r := range st.Requests {
+		result := "ok"
+		if r.Code != codes.OK {
+			result = r.Code.String()
+		}
+		counter(descSourceRequests, r.N, r.Method, result)
+	}
+	counter(descSourceEvents, st.Events)
+	counter(descSourceFiles, st.Files)
+	counter(descSourceBytes, st.Bytes)
 }

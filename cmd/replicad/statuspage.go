@@ -171,9 +171,11 @@ func nodePage(ctx context.Context, opts serveOptions, addr string, node *peer.Se
 }
 
 // sourceMetrics are the metrics of a source alone (no --volume): its
-// slots, the Go runtime's and the process's, as --metrics serves them.
+// slots and what it served, the Go runtime's and the process's, as
+// --metrics serves them.
 func sourceMetrics(src *source.Server) http.Handler {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&slotCollector{src: src}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(sourceCollectors(src)...)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }
