@@ -122,3 +122,24 @@ func runWriters(t *testing.T, d time.Duration, fn func(n int) error) float64 {
 	wg.Wait()
 	return float64(completed.Load()) / time.Since(start).Seconds()
 }
+
+// BenchmarkAppendInterval1 is one writer under SyncInterval: what an
+// operation through the mount waits for when its event is written, not
+// flushed — the WAL's store and the group commit around it.
+func BenchmarkAppendInterval1(b *testing.B) {
+	l, err := Open(filepath.Join(b.TempDir(), "journal.db"), Options{Sync: SyncInterval})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	events := make([]*Event, b.N)
+	for i := range events {
+		events[i] = testEvent(i + 1)
+	}
+	b.ResetTimer()
+	for _, e := range events {
+		if err := l.Append(context.Background(), e); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

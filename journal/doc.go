@@ -24,7 +24,8 @@
 // Append calls are under way than the group holds (callers just
 // acknowledged, about to queue again), the leader lingers up to 200µs for
 // them, so that a steady crowd shares one flush instead of splitting into
-// halves that alternate. If a request's flush fails, the group is taken
+// halves that alternate (SyncAlways only: under SyncInterval a commit
+// flushes nothing, and there is nothing to share). If a request's flush fails, the group is taken
 // back (its record zeroed and synced) and written again without it: that
 // request fails with no ids assigned, the others commit.
 //

@@ -87,7 +87,18 @@ func (r *reserve) room(hwm, need int64) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.allocate(hwm + need); err != nil {
+	to := hwm + need
+	if to <= r.end {
+		return nil
+	}
+	// A quarter of the reserve ahead, so that commits growing what is
+	// pending by a page or two do not each make a system call; exactly
+	// what is needed where that much is not free.
+	err := r.allocate(to + r.want/4)
+	if err != nil {
+		err = r.allocate(to)
+	}
+	if err != nil {
 		r.short.Store(true)
 		if errors.Is(err, syscall.ENOSPC) {
 			return fmt.Errorf("commit of %d bytes: %w", need, ErrNoSpace)

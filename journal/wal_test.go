@@ -142,6 +142,19 @@ func (ld *load) run(t *testing.T, l *Log, n int) {
 	wg.Wait()
 }
 
+// runUntil runs the load in rounds of n appends until done says so (at
+// most 100 rounds): a commit path fast enough finishes a round before a
+// background step (an interval's flush, an apply) has run as often as a
+// test needs.
+func (ld *load) runUntil(t *testing.T, l *Log, n int, done func() bool) {
+	for range 100 {
+		ld.run(t, l, n)
+		if done() || t.Failed() {
+			return
+		}
+	}
+}
+
 // TestWALKillAtEveryStep kills the writer (a snapshot of its files, as a
 // kill -9 leaves them) at every failpoint of the commit path, early and
 // late, with segments small enough that the writer switches between them,
@@ -193,7 +206,8 @@ func walKillCase(t *testing.T, mode SyncMode, point string, nth int64) {
 		}
 	})
 	defer reset()
-	ld.run(t, l, 3000)
+	// The closing point is reached by Close alone.
+	ld.runUntil(t, l, 3000, func() bool { return point == fpClosing || hits.Load() >= nth })
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -464,6 +478,7 @@ func TestIntervalPowerLoss(t *testing.T) {
 	var mu sync.Mutex
 	var walAtSync []byte
 	var durableAtSync uint64
+	var syncs atomic.Int64
 	reset := failpoint.Set(func(name string) {
 		if name == fpSynced {
 			b, _ := os.ReadFile(walPath(path))
@@ -472,9 +487,13 @@ func TestIntervalPowerLoss(t *testing.T) {
 			// durable in this copy.
 			walAtSync, durableAtSync = b, l.last.Load()
 			mu.Unlock()
+			syncs.Add(1)
 		}
 	})
-	ld := runLoad(t, l, 1500)
+	// Flushes during the load, and events written after the last.
+	ld := &load{written: map[uint64]string{}}
+	ld.runUntil(t, l, 1500, func() bool { return syncs.Load() >= 2 })
+	ld.run(t, l, 100)
 	reset()
 	snap := snapshot(t, path, t.TempDir())
 	l.Close()

@@ -88,7 +88,9 @@ func (l *Log) lead() {
 	l.qmu.Lock()
 	w.batch, l.queue = l.take(w.batch[:0], l.queue)
 	l.qmu.Unlock()
-	if !noLinger {
+	// Lingering shares a flush; under SyncInterval a commit flushes
+	// nothing, and waiting would only add to each caller's wait.
+	if !noLinger && l.opts.Sync == SyncAlways {
 		l.linger()
 	}
 	l.commit(w.batch)

@@ -89,7 +89,10 @@ func (h *harness) close(t *testing.T) {
 // closed first, so that nothing clears a slot as the stack unwinds (a
 // killed process runs no deferred code), then the panic unwinds it.
 func (h *harness) die(at string) {
+	// Nothing the dying process does after this reaches the table: its
+	// descriptor and its mapping are gone.
 	h.core.inflight.f.Close()
+	h.core.inflight.m.Close()
 	panic(crashed{at})
 }
 

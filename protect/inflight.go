@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/cmfs-project/cmfs/internal/mapped"
 	"github.com/cmfs-project/cmfs/journal"
 	"golang.org/x/sys/unix"
 )
@@ -32,6 +33,14 @@ import (
 // power loss, as one the kernel's own writeback of the table reached the
 // disk with may: recovery finds its change journaled, or journals the
 // tree as it is.
+//
+// An intent that fits in its slot's allocated head is stored through a
+// shared mapping of the table (internal/mapped), its JSON first and its
+// length last, in one 4-byte store: a process killed between the two
+// leaves the slot empty, before its change began. Clearing a slot is one
+// such store of 0. A rewrite of a slot's intent (update), and an intent
+// too long for the head, use pwrite, which lands within a page whole or
+// not at all: stores could leave the old intent half overwritten.
 
 const slotSize = 16 << 10 // two paths of PATH_MAX and the rest, as JSON
 
@@ -62,6 +71,9 @@ type intent struct {
 const (
 	slotHead  = 4 << 10
 	slotsGrow = 32
+	// mappedSlots are the slots the mapping spans (1 GiB of address
+	// space, none of memory until used); slots past them use pwrite.
+	mappedSlots = 1 << 16
 )
 
 // inflight is the table.
@@ -79,6 +91,9 @@ type inflight struct {
 	held map[int]bool
 	// syncs counts the flushes of the table to stable storage.
 	syncs atomic.Int64
+	// m maps the table; nil where the file system cannot map it
+	// (pwrite then serves every slot).
+	m *mapped.Region
 }
 
 // openInflight opens the table at p, returns the intents a previous mount
@@ -116,6 +131,7 @@ func openInflight(p string) (*inflight, []intent, int, error) {
 		return nil, nil, 0, err
 	}
 	t := &inflight{f: f, held: map[int]bool{}}
+	t.m, _ = mapped.Map(f, mappedSlots*slotSize)
 	t.mu.Lock()
 	t.ensure(slotsGrow - 1) // a full file system: the first begin says so
 	t.mu.Unlock()
@@ -154,12 +170,41 @@ func (t *inflight) begin(in *intent) (int, error) {
 		t.mu.Unlock()
 		return -1, err
 	}
+	store := t.mappedHead(slot)
 	t.mu.Unlock()
-	if err := t.write(slot, in); err != nil {
+	rec, err := encodeIntent(in)
+	if err == nil {
+		if store && len(rec) <= slotHead {
+			err = t.publish(slot, rec)
+		} else {
+			err = t.writeRec(slot, rec)
+		}
+	}
+	if err != nil {
 		t.end(slot)
 		return -1, err
 	}
 	return slot, nil
+}
+
+// mappedHead says whether slot's head is allocated and mapped: stores
+// there need no room and fault on nothing. t.mu must be held.
+func (t *inflight) mappedHead(slot int) bool {
+	return t.m != nil && !t.noAlloc && slot < t.alloc && slot < mappedSlots
+}
+
+// publish stores rec (encodeIntent's) into the empty slot through the
+// mapping: the intent, then its length, so that the slot holds all of it
+// or, to a process reading it after this one died, nothing.
+func (t *inflight) publish(slot int, rec []byte) error {
+	off := int64(slot) * slotSize
+	if err := t.m.Write(off+4, rec[4:]); err != nil {
+		return fmt.Errorf("in-flight table: %w", err)
+	}
+	if err := t.m.StoreUint32(off, binary.LittleEndian.Uint32(rec)); err != nil {
+		return fmt.Errorf("in-flight table: %w", err)
+	}
+	return nil
 }
 
 // update rewrites the intent in slot.
@@ -178,7 +223,9 @@ func (t *inflight) end(slot int) {
 	if t.held[slot] {
 		return
 	}
-	t.f.WriteAt(make([]byte, 4), int64(slot)*slotSize)
+	if !t.mappedHead(slot) || t.m.StoreUint32(int64(slot)*slotSize, 0) != nil {
+		t.f.WriteAt(make([]byte, 4), int64(slot)*slotSize)
+	}
 	t.free = append(t.free, slot)
 }
 
@@ -205,18 +252,33 @@ func (t *inflight) release(slot int) {
 	t.end(slot)
 }
 
+// write rewrites slot's intent with one pwrite.
 func (t *inflight) write(slot int, in *intent) error {
-	b, err := json.Marshal(in)
-	if err != nil || len(b) > slotSize-4 {
-		return fmt.Errorf("in-flight intent of %d bytes: %w", len(b), syscall.ENAMETOOLONG)
+	rec, err := encodeIntent(in)
+	if err != nil {
+		return err
 	}
-	rec := make([]byte, 4+len(b))
-	binary.LittleEndian.PutUint32(rec, uint32(len(b)))
-	copy(rec[4:], b)
+	return t.writeRec(slot, rec)
+}
+
+func (t *inflight) writeRec(slot int, rec []byte) error {
 	if _, err := t.f.WriteAt(rec, int64(slot)*slotSize); err != nil {
 		return fmt.Errorf("in-flight table: %w", err)
 	}
 	return nil
+}
+
+// encodeIntent is a slot's record of in: its length (4 bytes,
+// little-endian), then its JSON.
+func encodeIntent(in *intent) ([]byte, error) {
+	b, err := json.Marshal(in)
+	if err != nil || len(b) > slotSize-4 {
+		return nil, fmt.Errorf("in-flight intent of %d bytes: %w", len(b), syscall.ENAMETOOLONG)
+	}
+	rec := make([]byte, 4+len(b))
+	binary.LittleEndian.PutUint32(rec, uint32(len(b)))
+	copy(rec[4:], b)
+	return rec, nil
 }
 
 // sync makes every intent written so far durable: the table is otherwise
@@ -235,6 +297,11 @@ func (t *inflight) sync() error {
 // mount record then says no reconciliation is needed.
 func (t *inflight) close() error {
 	err := t.f.Sync()
+	if t.m != nil {
+		if merr := t.m.Close(); err == nil {
+			err = merr
+		}
+	}
 	if cerr := t.f.Close(); err == nil {
 		err = cerr
 	}
