@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -306,19 +307,22 @@ func TestOpTable(t *testing.T) {
 	r.AddCommit(CmfsName, &Commit{Flushes: 10}, &Commit{Flushes: 40}, nil, 20)
 	r.AddCommit(CmfsName, &Commit{Flushes: 40}, &Commit{Flushes: 50}, nil, 20)
 	r.AddCommit(IntervalName, nil, nil, nil, 20)
+	r.AddCPU(CmfsName, 3*time.Millisecond, 20)
+	r.AddCPU(CmfsName, 5*time.Millisecond, 20)
 	r.Fail(IntervalName, os.ErrNotExist)
 	untimed := &Row{Name: "seq write", Unit: MBps}
 	untimed.Add(CmfsName, 100)
-	tab := &OpTable{Impls: []string{LoopbackName, CmfsName, IntervalName}, Flushes: []string{CmfsName, IntervalName}, Rows: []*Row{untimed, r}}
+	tab := &OpTable{Impls: []string{LoopbackName, CmfsName, IntervalName}, Flushes: []string{CmfsName, IntervalName},
+		CPU: []string{LoopbackName, CmfsName}, Rows: []*Row{untimed, r}}
 	var b strings.Builder
 	if err := tab.WriteMarkdown(&b); err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Split(strings.TrimSpace(b.String()), "\n")
 	want := []string{
-		"| workload | loopback p50/p99 µs | cmfs p50/p99 µs | cmfs interval p50/p99 µs | cmfs flushes/op | cmfs interval flushes/op |",
-		"|---|---:|---:|---:|---:|---:|",
-		"| unlink | 510 / 1000 | 510 / 1000 | n/a | 1.00 | — |",
+		"| workload | loopback p50/p99 µs | cmfs p50/p99 µs | cmfs interval p50/p99 µs | cmfs flushes/op | cmfs interval flushes/op | loopback CPU µs/op | cmfs CPU µs/op |",
+		"|---|---:|---:|---:|---:|---:|---:|---:|",
+		"| unlink | 510 / 1000 | 510 / 1000 | n/a | 1.00 | — | — | 200 |",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d lines, want %d:\n%s", len(got), len(want), b.String())
@@ -331,6 +335,33 @@ func TestOpTable(t *testing.T) {
 	notes := tab.Notes()
 	if len(notes) != 1 || !strings.Contains(notes[0], IntervalName) || !strings.Contains(notes[0], `no "commit" object`) {
 		t.Errorf("notes = %q, want one saying the interval column's status has no commit object", notes)
+	}
+}
+
+// TestProcessCPU reads this process's CPU time, which grows while it
+// works.
+func TestProcessCPU(t *testing.T) {
+	before, err := ProcessCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		after, err := ProcessCPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after < before {
+			t.Fatalf("CPU time went back: %v, then %v", before, after)
+		}
+		if after > before {
+			break
+		}
+		for i := range 1 << 20 {
+			_ = fmt.Sprint(i) // work
+		}
+	}
+	if _, err := ProcessCPU(1 << 30); err == nil {
+		t.Error("ProcessCPU of a pid that cannot exist: nil error")
 	}
 }
 

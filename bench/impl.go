@@ -34,6 +34,11 @@ type Mount struct {
 	// --json); it is nil for implementations that have none.
 	Commit func(ctx context.Context) (*Commit, error)
 
+	// CPU, when set, returns the CPU time (user and system, all threads)
+	// the server's process has used so far; it is nil for Native, whose
+	// work is done in the workload's own process.
+	CPU func() (time.Duration, error)
+
 	fuse    bool
 	unmount func() error
 	kill    func() error // the server, for Abort without fusectl
@@ -145,7 +150,9 @@ func (s *Server) Mount(ctx context.Context, backing, mnt string) (*Mount, error)
 		}
 		return nil, fmt.Errorf("mount %s: %w%s", s.Label, err, logTail(s.Log))
 	}
-	return &Mount{Dir: mnt, fuse: true, unmount: stop, kill: cmd.Process.Kill}, nil
+	pid := cmd.Process.Pid
+	cpu := func() (time.Duration, error) { return ProcessCPU(pid) }
+	return &Mount{Dir: mnt, fuse: true, unmount: stop, kill: cmd.Process.Kill, CPU: cpu}, nil
 }
 
 // Daemon is a FUSE server with its own mount and unmount commands, whose
@@ -196,7 +203,13 @@ func (d *Daemon) Mount(ctx context.Context, backing, mnt string) (*Mount, error)
 		}
 		return nil
 	}
-	m := &Mount{Dir: mnt, fuse: true, unmount: stop, kill: kill}
+	// The server is the process --daemon left behind: found once, by its
+	// command line, as kill finds it.
+	var cpu func() (time.Duration, error)
+	if pids := serverPIDs(argv[0], mnt); len(pids) == 1 {
+		cpu = func() (time.Duration, error) { return ProcessCPU(pids[0]) }
+	}
+	m := &Mount{Dir: mnt, fuse: true, unmount: stop, kill: kill, CPU: cpu}
 	if d.StatusCommand != nil {
 		argv := d.StatusCommand(backing, mnt)
 		m.Commit = func(ctx context.Context) (*Commit, error) {

@@ -9,10 +9,12 @@ import (
 // OpTable is the per-operation companion of a Table: for each row whose
 // operations were timed one by one, the p50 and p99 of an operation in
 // every column (pooled over the runs), and, for the columns in Flushes,
-// the device flushes their commit path issued per operation.
+// the device flushes their commit path issued per operation, and, for the
+// columns in CPU, the CPU time their server used per operation.
 type OpTable struct {
 	Impls   []string
 	Flushes []string // columns with a commit path to count
+	CPU     []string // columns with a server process to read
 	Rows    []*Row   // only rows with latencies are shown
 }
 
@@ -34,6 +36,9 @@ func (t *OpTable) header() []string {
 	for _, impl := range t.Flushes {
 		h = append(h, impl+" flushes/op")
 	}
+	for _, impl := range t.CPU {
+		h = append(h, impl+" CPU µs/op")
+	}
 	return h
 }
 
@@ -50,6 +55,13 @@ func (t *OpTable) cells(r *Row) []string {
 	for _, impl := range t.Flushes {
 		if v, ok := r.FlushesPerOp(impl); ok {
 			c = append(c, fmt.Sprintf("%.2f", v))
+		} else {
+			c = append(c, "—")
+		}
+	}
+	for _, impl := range t.CPU {
+		if v, ok := r.CPUPerOp(impl); ok {
+			c = append(c, micros(v))
 		} else {
 			c = append(c, "—")
 		}
@@ -85,6 +97,11 @@ func (t *OpTable) Legend() string {
 		s += " flushes/op: the device flushes (fsync, fdatasync, syncfs) the commit path issued during the " +
 			"workload's runs, from `cmfs status --json` (\"commit\") read before and after each run, ÷ its operations; " +
 			"— where the status has no commit object or the column did not run."
+	}
+	if len(t.CPU) > 0 {
+		s += " CPU µs/op: the CPU time, user and system, of all the server process's threads (/proc/PID/stat) " +
+			"read before and after each run, ÷ its operations: what the server itself spent, which the host's other " +
+			"load changes far less than it changes the times; the kernel's work in the workload's own calls is not in it."
 	}
 	return s
 }

@@ -8,7 +8,23 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
+
+// ProcessCPU returns the CPU time, user and system, that process pid and
+// all its threads have used so far (/proc/PID/stat).
+func ProcessCPU(pid int) (time.Duration, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0, fmt.Errorf("process %d: %w", pid, err)
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("process %d: %w", pid, err)
+	}
+	return time.Duration(st.CPUTime() * float64(time.Second)), nil
+}
 
 // Proc is a process a benchmark run started (a replicad serve, say), its
 // stdout and stderr in a log file.

@@ -346,7 +346,23 @@ func Run(ctx context.Context, cfg Config, workloads []Workload, subjects []Subje
 						return rows, fmt.Errorf("drop caches: %w", err)
 					}
 				}
+				// The server's CPU, read as close around the run as can be:
+				// its background work (a journal's flush) may fall on
+				// either side, a small share of a run of thousands of
+				// operations.
+				cpu := w.PerOp && s.Mount.CPU != nil
+				var cpuBefore time.Duration
+				if cpu {
+					var cerr error
+					cpuBefore, cerr = s.Mount.CPU()
+					cpu = cerr == nil
+				}
 				m, err := runTimed(cfg.Timeout, s.Mount, func() (Measurement, error) { return w.Run(s.Mount.Dir, rep) })
+				if cpu && err == nil {
+					if cpuAfter, cerr := s.Mount.CPU(); cerr == nil {
+						row.AddCPU(s.Name, cpuAfter-cpuBefore, m.Ops)
+					}
+				}
 				if p != nil {
 					p.Ran(w, s.Name, rep, m, err)
 				}

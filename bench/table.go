@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // Unit is how a row's values are computed, shown and compared.
@@ -107,6 +108,41 @@ type Row struct {
 	// CommitErrs says why it was not.
 	Commits    map[string]*CommitCount
 	CommitErrs map[string]string
+	// CPU sums, per implementation, the CPU time its server process used
+	// over the runs where it was read before and after (Run with PerOp),
+	// and the operations of those runs.
+	CPU map[string]*CPUCount
+}
+
+// CPUCount is the CPU time a server used during some runs of a workload.
+type CPUCount struct {
+	Ops int
+	CPU time.Duration
+}
+
+// AddCPU records the CPU time impl's server used in a run of ops
+// operations.
+func (r *Row) AddCPU(impl string, used time.Duration, ops int) {
+	if r.CPU == nil {
+		r.CPU = map[string]*CPUCount{}
+	}
+	c := r.CPU[impl]
+	if c == nil {
+		c = &CPUCount{}
+		r.CPU[impl] = c
+	}
+	c.Ops += ops
+	c.CPU += used
+}
+
+// CPUPerOp returns the CPU time impl's server used per operation, if
+// counted.
+func (r *Row) CPUPerOp(impl string) (time.Duration, bool) {
+	c, ok := r.CPU[impl]
+	if !ok || c.Ops == 0 {
+		return 0, false
+	}
+	return c.CPU / time.Duration(c.Ops), true
 }
 
 // CommitCount is what a commit path did during some runs of a workload.

@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,6 +50,7 @@ type options struct {
 	impls         []string
 	journalEvents int
 	keep          bool
+	only          *regexp.Regexp // run only the workloads it matches; nil: all
 }
 
 func main() { bench.Main("cmfsbench", parseFlags, run) }
@@ -72,6 +74,7 @@ func parseFlags(args []string) (options, error) {
 	keep := fl.Bool("keep", false, "keep the backing directories after the run")
 	bestRun := fl.Bool("best", false, "show the best run of each workload instead of the median")
 	noCold := fl.Bool("no-drop-caches", false, "do not sync and drop caches before runs")
+	only := fl.String("only", "", "run only the workloads whose name matches this `REGEXP` (the journal's row is named \"journal appends\"); a workload that needs an earlier one's files (lstat, overwrite, unlink need the creates') fails without it")
 	set, err := bench.ParseFlags(fl, args)
 	if err != nil {
 		return options{}, err
@@ -110,6 +113,11 @@ func parseFlags(args []string) (options, error) {
 		return options{}, errors.New("sizes and counts must be positive (and -size at least 8K)")
 	}
 	opts := options{cfg: cfg, dir: *dir, cmfs: *cmfs, base: *base, journalEvents: *journalEvents, keep: *keep}
+	if *only != "" {
+		if opts.only, err = regexp.Compile(*only); err != nil {
+			return options{}, fmt.Errorf("-only: %w", err)
+		}
+	}
 	known := map[string]bool{bench.NativeName: true, bench.LoopbackName: true, bench.PassthroughName: true, bench.CmfsName: true, bench.IntervalName: true}
 	for _, name := range strings.Split(*impls, ",") {
 		name = strings.TrimSpace(name)
@@ -255,16 +263,16 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	fmt.Fprintln(stdout)
 
 	start := time.Now()
-	rows, runErr := bench.Run(ctx, cfg, bench.Workloads(cfg), subjects, progress{logf})
-	if runErr == nil {
+	rows, runErr := bench.Run(ctx, cfg, opts.pick(bench.Workloads(cfg)), subjects, progress{logf})
+	if xfs := opts.pick(bench.XFSWorkloads(cfg)); runErr == nil && len(xfs) > 0 {
 		// The same implementations again, over backing directories on an
 		// XFS image made for them, where cmfs keeps originals by reflink.
 		logf("making XFS on a loop device for the XFS rows...")
-		xfsRows, err := bench.OnXFS(ctx, cfg, filepath.Join(runDir, "xfs"), bench.XFSImageSize(cfg, len(impls)), impls, bench.XFSWorkloads(cfg), progress{logf})
+		xfsRows, err := bench.OnXFS(ctx, cfg, filepath.Join(runDir, "xfs"), bench.XFSImageSize(cfg, len(impls)), impls, xfs, progress{logf})
 		rows = append(rows, xfsRows...)
 		runErr = err
 	}
-	if runErr == nil && opts.journalEvents > 0 && slices.Contains(opts.impls, bench.CmfsName) {
+	if runErr == nil && opts.journalEvents > 0 && slices.Contains(opts.impls, bench.CmfsName) && opts.picks(journalRowName) {
 		row := journalRow(ctx, work, runDir, cfg.Writers, opts.journalEvents, logf)
 		rows = append(rows, row)
 	}
@@ -276,6 +284,9 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	for _, name := range opts.impls {
 		if name == bench.CmfsName || name == bench.IntervalName || name == base.name {
 			perOp.Flushes = append(perOp.Flushes, name)
+		}
+		if name != bench.NativeName {
+			perOp.CPU = append(perOp.CPU, name)
 		}
 	}
 	notes = append(notes, table.Notes()...)
@@ -291,6 +302,14 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 		return fmt.Errorf("run stopped early: %w", runErr)
 	}
 	return nil
+}
+
+// picks says whether the workload named name runs.
+func (o options) picks(name string) bool { return o.only == nil || o.only.MatchString(name) }
+
+// pick returns the workloads that run, in their order.
+func (o options) pick(ws []bench.Workload) []bench.Workload {
+	return slices.DeleteFunc(ws, func(w bench.Workload) bool { return !o.picks(w.Name) })
 }
 
 // revision is the cmfs@REV column: cmfs as it is at an earlier commit.
@@ -468,11 +487,14 @@ func copyExample(ctx context.Context, name, dst string) error {
 	return os.WriteFile(dst, out, 0o644)
 }
 
+// journalRowName begins the journal benchmark's row name.
+const journalRowName = "journal appends"
+
 // journalRow runs the journal benchmark: writers concurrent appenders,
 // durable, on the filesystem of the backing directories.
 func journalRow(ctx context.Context, work, runDir string, writers, events int, logf func(string, ...any)) *bench.Row {
 	row := &bench.Row{
-		Name:    fmt.Sprintf("journal appends, %d writers (durable)", writers),
+		Name:    fmt.Sprintf("%s, %d writers (durable)", journalRowName, writers),
 		Unit:    bench.EventsPerSec,
 		Targets: []bench.Target{{Min: 50000}},
 		Only:    bench.CmfsName,
