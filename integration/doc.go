@@ -21,8 +21,10 @@
 //     scripts/demo.sh, the story `make demo` tells (TestDemo); both
 //     daemons under a fake systemd notify socket (TestSystemdMount,
 //     TestSystemdServe, TestUnitExecStart), dist/systemd's units through
-//     systemd-analyze verify (TestUnitFiles; needs systemd, which CI
-//     must have), and mount(8) with the fuse.cmfs helper linked into
+//     systemd-analyze verify (TestUnitFiles) and under a real systemd,
+//     PID 1 of namespaces of its own: start, restart after kill -9, the
+//     watchdog, stop (TestRealSystemd; both need systemd, which CI must
+//     have), and mount(8) with the fuse.cmfs helper linked into
 //     /sbin for the test's length: mount -t, an fstab line, umount
 //     (TestMountHelper); the mount's Prometheus metrics, every one that
 //     docs/metrics.md lists and only those, moving under a load

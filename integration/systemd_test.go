@@ -557,8 +557,8 @@ func unitLine(t testing.TB, unit, key string) string {
 func TestUnitExecStart(t *testing.T) {
 	requireFUSE(t)
 	unit := installedUnit(t, "cmfs@.service", filepath.Dir(cmfsBin))
-	if got := unitLine(t, unit, "EnvironmentFile"); got != "/etc/cmfs/%i.env" {
-		t.Fatalf("EnvironmentFile=%s; the test stands in for /etc/cmfs/%%i.env", got)
+	if got := unitLine(t, unit, "EnvironmentFile"); got != "/etc/cmfs/%I.env" {
+		t.Fatalf("EnvironmentFile=%s; the test stands in for /etc/cmfs/%%I.env", got)
 	}
 	backing := filepath.Join(t.TempDir(), "backing")
 	if err := os.Mkdir(backing, 0o755); err != nil {

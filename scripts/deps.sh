@@ -34,9 +34,12 @@ if [ "$for" = ci ]; then
 	# Chromium (TestStatusPage): Debian's chromium, without its recommends.
 	command -v chromium >/dev/null || missing+=(chromium)
 	# dist/systemd's units are checked with systemd-analyze verify
-	# (TestUnitFiles); mount(8) and umount(8) run the fstab tests
-	# (TestMountHelper).
-	command -v systemd-analyze >/dev/null || missing+=(systemd)
+	# (TestUnitFiles) and run under systemd itself, as PID 1 of
+	# namespaces of its own entered with nsenter and started without
+	# some capabilities by setpriv (TestRealSystemd); mount(8) and
+	# umount(8) run the fstab tests (TestMountHelper).
+	{ command -v systemd-analyze && [ -x /lib/systemd/systemd ]; } >/dev/null || missing+=(systemd)
+	{ command -v nsenter && command -v setpriv; } >/dev/null || missing+=(util-linux)
 	command -v mount >/dev/null || missing+=(mount)
 	# The benchmarks build libfuse's passthrough_ll; the tests don't need these,
 	# but they are cheap.
