@@ -143,10 +143,13 @@ func (c *Core) Unlink(ctx context.Context, rel string, u Use) error {
 	}
 	in := intent{Type: journal.Delete, Path: rel}
 	h := c.leaving(u, &st, byMove)
+	var sum string // of the file moved, taken for the intent
+	var cur *syscall.Stat_t
 	if isReg(&st) && h == byMove {
 		// The move is the unlink: the intent names its entry before it
 		// happens.
-		if sum, cur, err := c.sumPath(rel); err == nil {
+		var err error
+		if sum, cur, err = c.sumPath(rel); err == nil {
 			in.Orig = &journal.File{Path: rel, Size: cur.Size, XXH64: sum, CM: cmroot.Name(sum, cur.Size)}
 		}
 	}
@@ -168,7 +171,13 @@ func (c *Core) Unlink(ctx context.Context, rel string, u Use) error {
 		}
 		return nil
 	}
-	orig, err := c.preserve(rel, h)
+	var orig preserved
+	if in.Orig != nil {
+		// The file the intent names, not one checksummed again.
+		orig, err = c.preserveSummed(rel, h, sum, cur)
+	} else {
+		orig, err = c.preserve(rel, h)
+	}
 	if err != nil {
 		return err
 	}

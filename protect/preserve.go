@@ -54,9 +54,16 @@ func (c *Core) preserve(rel string, h how) (preserved, error) {
 	if err != nil {
 		return preserved{}, err
 	}
+	return c.preserveSummed(rel, h, sum, st)
+}
+
+// preserveSummed is preserve by move or link of rel, whose checksum sum
+// and stat st the caller has just taken (sumPath). cmroot checks the
+// size again as it links or moves the file.
+func (c *Core) preserveSummed(rel string, h how, sum string, st *syscall.Stat_t) (preserved, error) {
 	var name string
 	var created bool
-	err = c.fs.WithPath(rel, func(p string) (err error) {
+	err := c.fs.WithPath(rel, func(p string) (err error) {
 		name, created, err = c.cm.Preserve(p, sum, st.Size, h == byMove)
 		return err
 	})
