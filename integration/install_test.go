@@ -35,6 +35,18 @@ func TestMakeInstall(t *testing.T) {
 		t.Errorf("installed replicad --help: %v", res)
 	}
 
+	// Every unit, naming the programs where install put them.
+	units, _ := filepath.Glob(filepath.Join(root, "dist", "systemd", "*.service"))
+	if len(units) == 0 {
+		t.Fatal("no units in dist/systemd")
+	}
+	for _, u := range units {
+		installed := string(readFile(t, filepath.Join(prefix, "lib", "systemd", "system", filepath.Base(u))))
+		if exec := unitLine(t, installed, "ExecStart"); strings.Contains(installed, "@BINDIR@") || !strings.HasPrefix(exec, bin+"/") {
+			t.Errorf("installed %s: ExecStart=%s; want @BINDIR@ replaced by %s", filepath.Base(u), exec, bin)
+		}
+	}
+
 	man1 := filepath.Join(prefix, "share", "man", "man1")
 	var pages []string
 	for _, prog := range []string{"cmfs", "replicad"} {

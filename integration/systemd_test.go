@@ -73,13 +73,20 @@ func (n *notifySocket) env(extra ...string) []string {
 // once if p exits first.
 func (n *notifySocket) until(t testing.TB, p *proc, timeout time.Duration, line string) []string {
 	t.Helper()
+	return n.untilMatch(t, p, timeout, line, func(d string) bool { return slices.Contains(strings.Split(d, "\n"), line) })
+}
+
+// untilMatch is until for the first datagram match accepts; what says
+// what it looks for.
+func (n *notifySocket) untilMatch(t testing.TB, p *proc, timeout time.Duration, what string, match func(datagram string) bool) []string {
+	t.Helper()
 	var seen []string
 	deadline := time.After(timeout)
 	for {
 		select {
 		case d := <-n.got:
 			seen = append(seen, d)
-			if slices.Contains(strings.Split(d, "\n"), line) {
+			if match(d) {
 				return seen
 			}
 		case <-p.done:
@@ -87,16 +94,42 @@ func (n *notifySocket) until(t testing.TB, p *proc, timeout time.Duration, line 
 			for len(n.got) > 0 {
 				d := <-n.got
 				seen = append(seen, d)
-				if slices.Contains(strings.Split(d, "\n"), line) {
+				if match(d) {
 					return seen
 				}
 			}
-			t.Fatalf("%s exited before sending %s (sent %q): %v", p.name, line, seen, p.res)
+			t.Fatalf("%s exited before sending %s (sent %q): %v", p.name, what, seen, p.res)
 			return nil
 		case <-deadline:
-			t.Fatalf("%s: no %s within %v (sent %q); stderr: %s", p.name, line, timeout, seen, p.stderrNow())
+			t.Fatalf("%s: no %s within %v (sent %q); stderr: %s", p.name, what, timeout, seen, p.stderrNow())
 			return nil
 		}
+	}
+}
+
+// drain returns the datagrams received and not yet read.
+func (n *notifySocket) drain() []string {
+	var out []string
+	for {
+		select {
+		case d := <-n.got:
+			out = append(out, d)
+		default:
+			return out
+		}
+	}
+}
+
+// terminate sends p SIGTERM, as systemctl stop does, and fails t unless
+// STOPPING=1 comes and p exits 0.
+func (n *notifySocket) terminate(t testing.TB, p *proc) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	n.until(t, p, 10*time.Second, "STOPPING=1")
+	if res := p.wait(t, 30*time.Second); res.Code != 0 {
+		t.Fatalf("%s after SIGTERM: %v", p.name, res)
 	}
 }
 
@@ -269,13 +302,7 @@ func TestSystemdServe(t *testing.T) {
 			for range 3 {
 				sock.until(t, p, 5*time.Second, "WATCHDOG=1")
 			}
-			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			sock.until(t, p, 10*time.Second, "STOPPING=1")
-			if res := p.wait(t, 30*time.Second); res.Code != 0 {
-				t.Fatalf("replicad serve after SIGTERM: %v", res)
-			}
+			sock.terminate(t, p)
 		})
 	}
 }
@@ -514,14 +541,14 @@ func TestUnitFiles(t *testing.T) {
 	root := t.TempDir()
 	copyTree(t, hostUnits, filepath.Join(root, hostUnits))
 	units := filepath.Join(root, "etc/systemd/system")
-	for _, name := range []string{"cmfs@.service", "replicad.service"} {
+	for _, name := range []string{"cmfs@.service", "replicad.service", "replicad-follow@.service"} {
 		// As make install writes them for PREFIX=/usr.
 		writeFile(t, filepath.Join(units, name), []byte(installedUnit(t, name, "/usr/bin")))
 	}
 	for _, bin := range []string{cmfsBin, replicadPath(t)} {
 		copyFile(t, bin, filepath.Join(root, "usr/bin", filepath.Base(bin)), 0o755)
 	}
-	res := runTool(t, time.Minute, analyze, "verify", "--root="+root, "cmfs@mnt-warehouse.service", "replicad.service")
+	res := runTool(t, time.Minute, analyze, "verify", "--root="+root, "cmfs@mnt-warehouse.service", "replicad.service", "replicad-follow@replica.service")
 	if res.Code != 0 || strings.TrimSpace(res.Stdout+res.Stderr) != "" {
 		t.Errorf("systemd-analyze verify: %v", res)
 	}
@@ -592,13 +619,7 @@ func TestUnitExecStart(t *testing.T) {
 	if rec, err := statedir.ReadRecord(m.State); err != nil || rec.Retain != "72h0m0s" || rec.PID != p.cmd.Process.Pid {
 		t.Errorf("mount record %+v, %v; want retain 72h from CMFS_MOUNT_RETAIN, mounted by the process started (pid %d)", rec, err, p.cmd.Process.Pid)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	sock.until(t, p, 10*time.Second, "STOPPING=1")
-	if res := p.wait(t, 30*time.Second); res.Code != 0 {
-		t.Fatalf("%s after SIGTERM: %v", p.name, res)
-	}
+	sock.terminate(t, p)
 }
 
 // copyFile copies src to dst (its directory made) with mode.

@@ -12,7 +12,8 @@
 // and content becomes visible event by event, in order. A Follower keeps
 // a target loaded from a FollowSource in rounds (Sync: dump from the
 // target's last event, load, confirm), driven by Run with backoff; what it
-// measures goes to a FollowMetrics the caller implements. A target has one
+// measures goes to a FollowMetrics the caller implements, and Stalled
+// tells a watchdog whether Run's loop is stuck. A target has one
 // loader at a time (Lock). Nothing here mounts, listens or dials.
 //
 // # Dump layout (version 1)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cmfs-project/cmfs/internal/backoff"
@@ -45,8 +46,8 @@ type FollowMetrics interface {
 	Bytes(n int64)
 	// Files: a round's load placed n files.
 	Files(n int)
-	// Failed: a round failed, the n-th in a row.
-	Failed(n int)
+	// Failed: a round failed with err, the n-th in a row.
+	Failed(n int, err error)
 	// Succeeded: a round succeeded.
 	Succeeded()
 }
@@ -129,8 +130,17 @@ type Follower struct {
 	status  FollowStatus // what the status file says; written by the loop only
 	lastErr string       // the last failure logged
 
+	// The loop's heartbeat (Stalled): inRound says a round is under way,
+	// beat when it began or last made progress, as time since epoch on
+	// now's clock (monotonic: a step of the wall clock is no stall).
+	inRound atomic.Bool
+	beat    atomic.Int64
+	epoch   time.Time
+
 	// sleep waits between two attempts; tests count the waits.
 	sleep func(ctx context.Context, d time.Duration) error
+	// now is the heartbeat's clock; tests move it by hand.
+	now func() time.Time
 }
 
 // NewFollower takes the target (waiting up to cfg.Wait for another
@@ -153,7 +163,8 @@ func NewFollower(ctx context.Context, cfg FollowConfig) (*Follower, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Follower{cfg: cfg, target: lock.Target(), lock: lock, times: map[uint64]time.Time{}, sleep: backoff.Sleep}
+	f := &Follower{cfg: cfg, target: lock.Target(), lock: lock, times: map[uint64]time.Time{}, sleep: backoff.Sleep, now: time.Now}
+	f.epoch = f.now()
 	f.work = FollowWork(f.target)
 	if err := f.open(); err != nil {
 		lock.Unlock()
@@ -192,11 +203,47 @@ func (f *Follower) Close() error {
 	return errors.Join(err, f.lock.Unlock())
 }
 
+// Stalled says whether the loop Run drives is stuck: it returns how long
+// the round under way has gone without progress, and 0 while the loop
+// waits between rounds — for an event, the next Interval, or the backoff
+// after a failure, waits that end by themselves. A round begins when the
+// wait ends and lasts until the next wait begins (what it reports of
+// itself, in the status file, the log and the metrics, included);
+// progress within it is a call the source answered, an event read from
+// the source or applied at the target, a chunk of content staged, so a
+// large load that keeps moving is not stalled however long it takes. A
+// follow retrying a source that is down is not stalled either: each
+// attempt ends, in an error, and the loop waits. One stuck inside a round
+// is, for as long as it stays stuck: a call the source never answers, a
+// load wedged on the target's disk, a log line that cannot be written. A
+// single step that reports nothing (one event that removes or renames a
+// large tree) counts as a stall while it lasts. Safe to call from any
+// goroutine, as a watchdog's probe does.
+func (f *Follower) Stalled() time.Duration {
+	if !f.inRound.Load() {
+		return 0
+	}
+	return f.since() - time.Duration(f.beat.Load())
+}
+
+// since is the time since epoch on the heartbeat's clock.
+func (f *Follower) since() time.Duration { return f.now().Sub(f.epoch) }
+
+// alive notes progress of the round under way.
+func (f *Follower) alive() { f.beat.Store(int64(f.since())) }
+
+// begin and idle mark the start of a round and of the wait after it. The
+// beat is set before the round is: a reader that sees the round sees its
+// start or later.
+func (f *Follower) begin() { f.alive(); f.inRound.Store(true) }
+func (f *Follower) idle()  { f.inRound.Store(false) }
+
 // Run runs rounds until ctx ends: right away while the source is ahead,
 // else when the source journals an event or every Interval. A failed
 // round is retried with backoff, the target staying at the last event
 // applied, so a retry is always safe; only an error Classify says Stop to
 // ends it, and Run returns that error. It returns nil when ctx ends.
+// Stalled says whether it is stuck.
 func (f *Follower) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -212,7 +259,9 @@ func (f *Follower) Run(ctx context.Context) error {
 	tick := time.NewTicker(f.cfg.Interval)
 	defer tick.Stop()
 	b := backoff.Backoff{Min: followMinBackoff, Max: followMaxBackoff}
+	defer f.idle()
 	for {
+		f.begin()
 		more, err := f.Sync(ctx)
 		if ctx.Err() != nil {
 			return nil
@@ -231,6 +280,7 @@ func (f *Follower) Run(ctx context.Context) error {
 			}
 			wait := b.Next()
 			f.failed(err, b.Failures(), wait)
+			f.idle()
 			if f.sleep(ctx, wait) != nil {
 				return nil
 			}
@@ -246,6 +296,7 @@ func (f *Follower) Run(ctx context.Context) error {
 		if more {
 			continue
 		}
+		f.idle()
 		select {
 		case <-ctx.Done():
 			return nil
@@ -269,6 +320,7 @@ func (f *Follower) Sync(ctx context.Context) (more bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	f.alive()
 	if m := f.cfg.Metrics; m != nil {
 		m.Positions(last, st.LastReplID)
 	}
@@ -285,6 +337,7 @@ func (f *Follower) Sync(ctx context.Context) (more bool, err error) {
 		if f.sourceID, err = f.cfg.Source.SourceID(ctx); err != nil {
 			return false, err
 		}
+		f.alive()
 	}
 	to := min(last, from+f.cfg.Batch-1)
 	dir := filepath.Join(f.work, fmt.Sprintf("incremental-%d-%d", from, to))
@@ -295,6 +348,7 @@ func (f *Follower) Sync(ctx context.Context) (more bool, err error) {
 	if _, err := Dump(ctx, timedEvents{f.cfg.Source, f}, dir, DumpOptions{From: from, To: to, Source: f.sourceID}); err != nil {
 		return false, err
 	}
+	f.alive()
 	res, err := Load(ctx, dir, f.target, f.cfg.Source, LoadOptions{Progress: followProgress{f}, Lock: f.lock})
 	if m := f.cfg.Metrics; m != nil {
 		m.Files(res.Files)
@@ -302,6 +356,7 @@ func (f *Follower) Sync(ctx context.Context) (more bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	f.alive()
 	f.cfg.Logger.Debug("round", slog.String("source", f.cfg.Addr), slog.Uint64("from", from), slog.Uint64("to", to),
 		slog.Int("applied", res.Applied), slog.Int("files", res.Files), slog.Int64("bytes", res.Bytes))
 	if st, _, err := ReadState(f.target); err == nil {
@@ -322,6 +377,7 @@ func (f *Follower) confirm(ctx context.Context, pos uint64) error {
 	if err := f.cfg.Source.Confirm(ctx, f.cfg.Slot, pos); err != nil {
 		return err
 	}
+	f.alive()
 	f.confirmed, f.confirmedOK = pos, true
 	return nil
 }
@@ -333,7 +389,7 @@ func (f *Follower) confirm(ctx context.Context, pos uint64) error {
 func (f *Follower) failed(err error, n int, wait time.Duration) {
 	now := time.Now().UTC()
 	if m := f.cfg.Metrics; m != nil {
-		m.Failed(n)
+		m.Failed(n, err)
 	}
 	if n == 1 {
 		f.status.State, f.status.Since = FollowRetrying, now
@@ -362,10 +418,12 @@ func (f *Follower) recovered(n int) {
 }
 
 // followProgress is the Progress of a round's load: it hands each event,
-// with its time at the source, to the metrics.
+// with its time at the source, to the metrics, and counts each event and
+// chunk as the round's progress.
 type followProgress struct{ f *Follower }
 
 func (p followProgress) Event(id uint64) {
+	p.f.alive()
 	p.f.mu.Lock()
 	t := p.f.times[id]
 	delete(p.f.times, id)
@@ -376,13 +434,15 @@ func (p followProgress) Event(id uint64) {
 }
 
 func (p followProgress) Bytes(n int64) {
+	p.f.alive()
 	if m := p.f.cfg.Metrics; m != nil {
 		m.Bytes(n)
 	}
 }
 
 // timedEvents is the source's journal as the dump reads it, noting every
-// event's time for the lag measured when it is applied.
+// event's time for the lag measured when it is applied, and each event
+// read as the round's progress.
 type timedEvents struct {
 	Events
 	f *Follower
@@ -390,6 +450,7 @@ type timedEvents struct {
 
 func (e timedEvents) Range(ctx context.Context, from, to uint64, fn func(*journal.Event) error) error {
 	return e.Events.Range(ctx, from, to, func(ev *journal.Event) error {
+		e.f.alive()
 		e.f.mu.Lock()
 		e.f.times[ev.ID] = ev.Time
 		e.f.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,8 +75,12 @@ func (m *recordMetrics) Applied(id uint64, at time.Time) {
 }
 func (m *recordMetrics) Bytes(n int64) { m.mu.Lock(); m.bytes += n; m.mu.Unlock() }
 func (m *recordMetrics) Files(n int)   { m.mu.Lock(); m.files += n; m.mu.Unlock() }
-func (m *recordMetrics) Failed(n int)  { m.mu.Lock(); m.failed = append(m.failed, n); m.mu.Unlock() }
-func (m *recordMetrics) Succeeded()    { m.mu.Lock(); m.succeeded++; m.mu.Unlock() }
+func (m *recordMetrics) Failed(n int, _ error) {
+	m.mu.Lock()
+	m.failed = append(m.failed, n)
+	m.mu.Unlock()
+}
+func (m *recordMetrics) Succeeded() { m.mu.Lock(); m.succeeded++; m.mu.Unlock() }
 
 func newTestFollower(t *testing.T, cfg FollowConfig) *Follower {
 	t.Helper()
@@ -282,4 +287,153 @@ func TestFollowerWatchBacksOff(t *testing.T) {
 	if !slices.Equal(src.froms, want) {
 		t.Errorf("streams from %v, want %v", src.froms, want)
 	}
+}
+
+// handClock is a clock that moves only when told: the heartbeat's, in
+// TestFollowerStalled.
+type handClock struct {
+	base time.Time
+	off  atomic.Int64
+}
+
+func newHandClock() *handClock { return &handClock{base: time.Now()} }
+
+func (c *handClock) now() time.Time          { return c.base.Add(time.Duration(c.off.Load())) }
+func (c *handClock) advance(d time.Duration) { c.off.Add(int64(d)) }
+
+// onHandClock puts f's heartbeat on a hand-moved clock.
+func onHandClock(f *Follower) *handClock {
+	c := newHandClock()
+	f.now, f.epoch = c.now, c.now()
+	return c
+}
+
+// hangingConfirm is a source whose Confirm does not return until release
+// is closed; entered is closed at the first call.
+type hangingConfirm struct {
+	*followFake
+	once             sync.Once
+	entered, release chan struct{}
+}
+
+func (s *hangingConfirm) Confirm(ctx context.Context, slot string, pos uint64) error {
+	s.once.Do(func() { close(s.entered) })
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.followFake.Confirm(ctx, slot, pos)
+}
+
+// stallMetrics checks, at every event applied and every failure, that
+// the round is not stalled, then moves the clock an hour: the next check
+// passes only if progress was noted since.
+type stallMetrics struct {
+	recordMetrics
+	t     *testing.T
+	f     *Follower
+	clock *handClock
+}
+
+func (m *stallMetrics) check(what string) {
+	if s := m.f.Stalled(); s != 0 {
+		m.t.Errorf("%s: stalled for %v, want 0: progress since the last hour went by", what, s)
+	}
+	m.clock.advance(time.Hour)
+}
+
+func (m *stallMetrics) Applied(id uint64, at time.Time) {
+	m.check(fmt.Sprintf("event %d applied", id))
+	m.recordMetrics.Applied(id, at)
+}
+
+func (m *stallMetrics) Failed(n int, err error) {
+	m.check(fmt.Sprintf("failure %d", n))
+	m.recordMetrics.Failed(n, err)
+}
+
+// TestFollowerStalled: Stalled grows while a round is stuck in a call the
+// source does not answer, and only then; a round that keeps applying
+// events, and a follow retrying a source that fails, are not stalled, and
+// neither is the loop waiting between rounds.
+func TestFollowerStalled(t *testing.T) {
+	s := opsSource(t)
+	last := uint64(len(s.ev.events))
+
+	t.Run("stuck in a call", func(t *testing.T) {
+		src := &hangingConfirm{followFake: newFollowFake(s), entered: make(chan struct{}), release: make(chan struct{})}
+		target := t.TempDir() + "/rep"
+		f := newTestFollower(t, FollowConfig{Source: src, Target: target, Interval: time.Hour})
+		clock := onHandClock(f)
+		if got := f.Stalled(); got != 0 {
+			t.Fatalf("before Run: stalled %v", got)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- f.Run(ctx) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}()
+		<-src.entered
+		for _, want := range []time.Duration{time.Hour, 2 * time.Hour} {
+			clock.advance(time.Hour)
+			if got := f.Stalled(); got != want {
+				t.Fatalf("stuck in Confirm: stalled %v, want %v", got, want)
+			}
+		}
+		close(src.release)
+		if !wait.Until(20*time.Second, func() bool { return lastID(t, target) == last && f.Stalled() == 0 }) {
+			t.Fatalf("after the call returned: target at %d (want %d), stalled %v; want the loop waiting", lastID(t, target), last, f.Stalled())
+		}
+	})
+
+	t.Run("applying", func(t *testing.T) {
+		target := t.TempDir() + "/rep"
+		m := &stallMetrics{t: t}
+		f := newTestFollower(t, FollowConfig{Source: newFollowFake(s), Target: target, Metrics: m})
+		m.f, m.clock = f, onHandClock(f)
+		f.begin() // as Run does before each round
+		if _, err := f.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := lastID(t, target); got != last || len(m.applied) != int(last) {
+			t.Fatalf("target at %d, %d events applied; want %d", got, len(m.applied), last)
+		}
+	})
+
+	t.Run("retrying", func(t *testing.T) {
+		src := newFollowFake(s)
+		for range 5 {
+			src.confirmErrs = append(src.confirmErrs, errors.New("source away"))
+		}
+		m := &stallMetrics{t: t}
+		f := newTestFollower(t, FollowConfig{Source: src, Target: t.TempDir() + "/rep", Metrics: m})
+		m.f, m.clock = f, onHandClock(f)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		waits := 0
+		f.sleep = func(ctx context.Context, d time.Duration) error {
+			if ctx.Err() != nil {
+				return ctx.Err() // the event stream's, once Run ends
+			}
+			if s := f.Stalled(); s != 0 {
+				t.Errorf("waiting after a failure: stalled %v, want 0", s)
+			}
+			m.clock.advance(time.Hour)
+			if waits++; waits == 5 {
+				cancel()
+			}
+			return ctx.Err()
+		}
+		if err := f.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(m.failed, []int{1, 2, 3, 4, 5}) {
+			t.Errorf("failures %v, want 1 to 5", m.failed)
+		}
+	})
 }

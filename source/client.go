@@ -12,18 +12,31 @@ import (
 	"math"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/cmfs-project/cmfs/api/replpb"
 	"github.com/cmfs-project/cmfs/control"
 	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/window"
 	"github.com/cmfs-project/cmfs/journal"
+)
+
+// clientPing is how long a client's connection may carry calls in
+// progress without a byte from the server before it pings, and
+// pingTimeout how long it waits for the answer: a source that vanished
+// without a reset (its host down, the network cut) fails the calls and the
+// event stream within their sum, where they would otherwise wait forever.
+// The server lets clients ping that often (NewServer).
+const (
+	clientPing  = 30 * time.Second
+	pingTimeout = 20 * time.Second
 )
 
 // spoolMemory is the largest live file Fetch holds back in memory while
@@ -90,6 +103,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	}
 	dopts := append(window.Dial(),
 		grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: clientPing, Timeout: pingTimeout}),
 		// An event of an rm -r names every file it preserved.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)),
 		experimental.WithBufferPool(buffers),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cmfs-project/cmfs/internal/cli"
 	"github.com/cmfs-project/cmfs/internal/metricsrv"
+	"github.com/cmfs-project/cmfs/internal/systemd"
 	"github.com/cmfs-project/cmfs/journal"
 	"github.com/cmfs-project/cmfs/repl"
 	"github.com/cmfs-project/cmfs/slot"
@@ -78,7 +79,24 @@ A target is loaded by one loader at a time: follow holds it for as long
 as it runs, and a 'replicad load' or another follow of it is refused with
 one line naming the holder. Started while another loader holds the
 target, follow is refused the same way; with --wait DUR it waits that
-long for it first.`,
+long for it first.
+
+Under a service manager (systemd, Type=notify, as
+replicad-follow@.service runs it) it says READY=1 at the first round
+that leaves the target caught up with the source, with a STATUS= line
+naming the source, the target and the target's event; STATUS= again
+when its state changes (catching up, caught up, retrying and the error;
+new numbers at most every minute), and STOPPING=1 at SIGTERM. A follow
+that ends (exit 1) before it was ready never says READY=1. With
+WatchdogSec= it sends WATCHDOG=1 every half of it while the follow loop
+is not stuck: a round that goes longer than WatchdogSec without
+progress (a call the source never answers, a load that does not move;
+an event applied, a chunk of content, an answer of the source are
+progress) stops the pings, and the manager restarts it. A follow
+retrying a source that is down is not stuck: it keeps pinging. Until it
+is ready the same check extends the start (EXTEND_TIMEOUT_USEC), so a
+first catch-up as long as the backlog, or a wait for a source that is
+down, does not fail it, while a stuck one does.`,
 		Example: `  replicad follow --source 127.0.0.1:9860 --target /replica
   replicad follow --source 127.0.0.1:9860 --target /replica --metrics 127.0.0.1:9861`,
 		Args: cobra.NoArgs,
@@ -140,11 +158,12 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 		}
 	}
 
-	ui := &followUI{stderr: g.stderr, addr: opts.source, m: newMetrics(), tty: isTerminal(g.stderr)}
+	ui := newFollowUI(g.stderr, opts.source, target)
+	logger := opts.log.Logger(ui)
 	f, err := repl.NewFollower(ctx, repl.FollowConfig{
 		Source: followSource{client, target, opts.source}, Addr: opts.source, Target: target, Slot: slotName,
 		Interval: opts.interval, Batch: followBatch, Wait: opts.wait,
-		Metrics: ui, Logger: opts.log.Logger(ui), Classify: classify,
+		Metrics: ui, Logger: logger, Classify: classify,
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -170,6 +189,7 @@ func runFollow(ctx context.Context, g *globalOptions, opts followOptions, _ []st
 	} else {
 		fmt.Fprintf(g.stdout, "following %s into %s (no slot)\n", opts.source, target)
 	}
+	notifyService(ctx, &wg, ui.service(f), logger)
 	err = f.Run(ctx)
 	ui.endLine()
 	if errors.Is(err, source.ErrUnauthenticated) {
@@ -232,16 +252,38 @@ func (s followSource) Confirm(ctx context.Context, slotName string, pos uint64) 
 }
 
 // followUI is what a follow shows: its metrics (repl.FollowMetrics), its
-// log on stderr (it is the log's io.Writer) and, on a terminal, a
-// progress line.
+// log on stderr (it is the log's io.Writer), on a terminal a progress
+// line, and under a service manager its state (service).
 type followUI struct {
 	stderr io.Writer
 	addr   string
+	target string
 	m      *metrics
 	tty    bool
 
 	mu   sync.Mutex
 	line bool // a progress line is open on the terminal
+
+	// What the service manager is told (service), kept by the rounds:
+	// ready is closed at the first round that leaves the target caught
+	// up; changed is signalled when the status line is worth sending.
+	ready   chan struct{}
+	changed chan struct{}
+	smu     sync.Mutex
+	isReady bool
+	state   string    // what the status line says, without its numbers
+	status  string    // the status line
+	told    string    // the status line the manager was last told of
+	toldAt  time.Time // and when
+}
+
+func newFollowUI(stderr io.Writer, addr, target string) *followUI {
+	u := &followUI{
+		stderr: stderr, addr: addr, target: target, m: newMetrics(), tty: isTerminal(stderr),
+		ready: make(chan struct{}), changed: make(chan struct{}, 1),
+	}
+	u.report("starting", fmt.Sprintf("following %s into %s: first round", addr, target), false)
+	return u
 }
 
 var _ repl.FollowMetrics = (*followUI)(nil)
@@ -261,13 +303,98 @@ func (u *followUI) Bytes(n int64) { u.m.update(func(m *metricValues) { m.bytes +
 
 func (u *followUI) Files(n int) { u.m.update(func(m *metricValues) { m.files += uint64(n) }) }
 
-func (u *followUI) Failed(n int) {
+func (u *followUI) Failed(n int, err error) {
 	u.m.update(func(m *metricValues) { m.errors++; m.failing = uint64(n) })
+	u.report("retrying: "+err.Error(), fmt.Sprintf("following %s into %s: at event %d; retrying (%d failed in a row): %v",
+		u.addr, u.target, u.m.snapshot().targetLast, n, err), false)
 }
 
 func (u *followUI) Succeeded() {
 	u.m.update(func(m *metricValues) { m.failing = 0; m.lastSuccess = time.Now() })
 	u.progress()
+	s := u.m.snapshot()
+	if s.targetLast >= s.sourceLast {
+		u.report("caught up", fmt.Sprintf("following %s into %s: caught up, at event %d", u.addr, u.target, s.targetLast), true)
+	} else {
+		u.report("catching up", fmt.Sprintf("following %s into %s: at event %d, the source at %d",
+			u.addr, u.target, s.targetLast, s.sourceLast), false)
+	}
+}
+
+// statusEvery is how often, at most, the service manager is told of new
+// numbers in a status line that says the same otherwise; a new state is
+// told at once.
+const statusEvery = time.Minute
+
+// report makes text the status line, saying state; caughtUp says the
+// round that ended left the target at the source's newest event, which
+// the first time makes the follow ready. The line is sent with READY=1,
+// at a new state, or when its numbers changed at least statusEvery after
+// the last sent (the rounds, at least every --interval, bring a late one).
+func (u *followUI) report(state, text string, caughtUp bool) {
+	u.smu.Lock()
+	defer u.smu.Unlock()
+	fresh := state != u.state
+	u.state, u.status = state, text
+	switch {
+	case caughtUp && !u.isReady:
+		u.isReady = true
+		close(u.ready) // READY=1 carries the line
+	case text == u.told:
+		return
+	case fresh || time.Since(u.toldAt) >= statusEvery:
+		select {
+		case u.changed <- struct{}{}:
+		default:
+		}
+	default:
+		return
+	}
+	u.told, u.toldAt = text, time.Now()
+}
+
+// statusLine is the status line as the rounds left it.
+func (u *followUI) statusLine() string {
+	u.smu.Lock()
+	defer u.smu.Unlock()
+	return u.status
+}
+
+// service is follow as notifyService tells of it: ready at the first
+// round that leaves the target caught up with the source (a follow that
+// ends before is never ready), alive while f's loop is not stalled
+// (followAlive) — before it is ready too, so that a first catch-up as
+// long as the backlog, or a wait for a source that is down, extends the
+// start instead of failing it, while a loop stuck does not.
+func (u *followUI) service(f *repl.Follower) service {
+	return service{
+		ready: func(ctx context.Context) bool {
+			select {
+			case <-u.ready:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		},
+		status:   u.statusLine,
+		changed:  u.changed,
+		alive:    followAlive(f),
+		extend:   true,
+		stopping: "stopping: the target stays at the last event applied",
+	}
+}
+
+// followAlive is follow's watchdog probe: it fails once f's loop has been
+// stalled (repl.Follower.Stalled) for longer than the watchdog interval.
+// A follow retrying a source that is down passes: each attempt ends.
+func followAlive(f *repl.Follower) systemd.Probe {
+	bound, _ := systemd.WatchdogInterval() // its error is Watchdog's to report
+	return func(context.Context) error {
+		if s := f.Stalled(); s > bound {
+			return fmt.Errorf("the follow loop has made no progress for %s (a call the source does not answer, a load that does not move)", s.Round(time.Second))
+		}
+		return nil
+	}
 }
 
 // progress redraws the progress line on a terminal.

@@ -380,7 +380,7 @@ func serveSource(ctx context.Context, g *globalOptions, opts serveOptions) error
 		lis.Close()
 		return err
 	}
-	notifyService(ctx, &wg, probe, hs, listening, logger)
+	notifyService(ctx, &wg, serveService(probe, hs, listening, logger), logger)
 	return srv.Serve(ctx, lis)
 }
 
@@ -569,7 +569,7 @@ func serveNode(ctx context.Context, g *globalOptions, opts serveOptions) (err er
 	if err != nil {
 		return err
 	}
-	notifyService(ctx, &wg, probe, hs, listening, logger)
+	notifyService(ctx, &wg, serveService(probe, hs, listening, logger), logger)
 	err = node.Serve(ctx, lis)
 	cancel()
 	return err

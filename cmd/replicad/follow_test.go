@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -258,5 +260,68 @@ func TestLogFlagsRefused(t *testing.T) {
 		{"serve", "--log-level", "verbose"},
 	} {
 		expectRefusal(t, args, "want ")
+	}
+}
+
+// TestFollowServiceStatus: what a follow tells a service manager as its
+// rounds go: ready at the first round that leaves the target caught up
+// (not at one that leaves it behind), a status line at once at each new
+// state or error, new numbers in the same state at most every
+// statusEvery.
+func TestFollowServiceStatus(t *testing.T) {
+	u := newFollowUI(io.Discard, "src:1", "/replica")
+	// received takes a signal from ch, or says it is closed.
+	received := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	// round is a round that found the source at event source and took
+	// the target from event from to event to.
+	round := func(source, from, to uint64) {
+		u.Positions(source, from)
+		if to > from {
+			u.Applied(to, time.Time{})
+		}
+		u.Succeeded()
+	}
+	errAway, errGone := errors.New("source away"), errors.New("content gone")
+	for _, step := range []struct {
+		name       string
+		do         func()
+		told       bool   // the manager is to be told
+		ready      bool   // READY=1 is due (or was)
+		wantStatus string // in the status line
+	}{
+		{"started", func() {}, true, false, "following src:1 into /replica: first round"},
+		{"a failure", func() { u.Failed(1, errAway) }, true, false, "retrying (1 failed in a row): source away"},
+		{"the same failure again", func() { u.Failed(2, errAway) }, false, false, "retrying (2 failed in a row): source away"},
+		{"another error", func() { u.Failed(3, errGone) }, true, false, "content gone"},
+		{"a round that leaves the target behind", func() { round(5, 0, 3) }, true, false, "at event 3, the source at 5"},
+		{"caught up", func() { round(5, 3, 5) }, false, true, "following src:1 into /replica: caught up, at event 5"},
+		{"caught up further, soon after", func() { round(6, 5, 6) }, false, true, "caught up, at event 6"},
+		{"caught up further, a while after", func() {
+			u.smu.Lock()
+			u.toldAt = u.toldAt.Add(-statusEvery)
+			u.smu.Unlock()
+			round(7, 6, 7)
+		}, true, true, "caught up, at event 7"},
+		{"nothing new", func() { round(7, 7, 7) }, false, true, "caught up, at event 7"},
+		{"a failure once ready", func() { u.Failed(1, errAway) }, true, true, "at event 7; retrying (1 failed in a row): source away"},
+		{"recovered", func() { round(7, 7, 7) }, true, true, "caught up, at event 7"},
+	} {
+		step.do()
+		if got := received(u.changed); got != step.told {
+			t.Errorf("%s: told the manager %v, want %v (status %q)", step.name, got, step.told, u.statusLine())
+		}
+		if got := received(u.ready); got != step.ready {
+			t.Errorf("%s: ready %v, want %v", step.name, got, step.ready)
+		}
+		if got := u.statusLine(); !strings.Contains(got, step.wantStatus) {
+			t.Errorf("%s: status %q, want it to say %q", step.name, got, step.wantStatus)
+		}
 	}
 }

@@ -19,15 +19,18 @@ import (
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 )
 
-// serve under a service manager (replicad.service, Type=notify): the
-// server registers the standard gRPC health service beside its own, and
-// what proves it up and alive is a health check made the way a client
-// makes one — a new connection to its own listener, with its own
-// credential (the token, or its certificate), through the same
-// interceptors and handlers every call passes. READY=1 follows the
-// first that succeeds; with WatchdogSec=, WATCHDOG=1 follows each later
-// one. A server whose accept loop, handshakes or handlers are stuck stops
-// pinging, and the manager restarts it.
+// The daemons under a service manager (Type=notify): notifyService says
+// READY=1, STATUS=, WATCHDOG=1 and STOPPING=1 for serve and follow alike,
+// from what each says of itself (service; follow's is in cmd_follow.go).
+//
+// serve (replicad.service): the server registers the standard gRPC
+// health service beside its own, and what proves it up and alive is a
+// health check made the way a client makes one — a new connection to its
+// own listener, with its own credential (the token, or its certificate),
+// through the same interceptors and handlers every call passes. READY=1
+// follows the first that succeeds; with WatchdogSec=, WATCHDOG=1 follows
+// each later one. A server whose accept loop, handshakes or handlers are
+// stuck stops pinging, and the manager restarts it.
 
 // readyRetry is the pause between health checks until the first succeeds.
 const readyRetry = 50 * time.Millisecond
@@ -105,35 +108,100 @@ func loopbackAddr(addr net.Addr) string {
 	return (&net.TCPAddr{IP: ip, Port: tcp.Port}).String()
 }
 
-// notifyService tells the service manager, if one listens, how serve is
-// doing until ctx ends: READY=1 (with status) once probe first succeeds,
-// WATCHDOG=1 after each later success when the watchdog is on, STOPPING=1
-// and a health of NOT_SERVING when ctx ends. It runs under wg; without a
-// manager it starts nothing.
-func notifyService(ctx context.Context, wg *sync.WaitGroup, probe systemd.Probe, hs *health.Server, status string, log *slog.Logger) {
+// service is what notifyService tells the service manager about a
+// daemon.
+type service struct {
+	// ready waits until the daemon does what it is for (true) or ctx
+	// ends (false).
+	ready func(ctx context.Context) bool
+	// status is the STATUS= line: sent with READY=1, and again, before
+	// READY=1 too, at each signal of changed (nil: never).
+	status  func() string
+	changed <-chan struct{}
+	// alive proves the daemon alive: once it is ready, for WATCHDOG=1;
+	// before, with extend, for EXTEND_TIMEOUT_USEC= (a start as long as
+	// it stays alive).
+	alive  systemd.Probe
+	extend bool
+	// stop, if not nil, runs when ctx ends, before STOPPING=1 with
+	// stopping as its status.
+	stop     func()
+	stopping string
+}
+
+// notifyService tells the service manager, if one listens, how a daemon
+// is doing until ctx ends: READY=1 (with status) once svc is ready,
+// WATCHDOG=1 after each later success of its alive probe when the
+// watchdog is on, its status as it changes, STOPPING=1 when ctx ends. A
+// daemon that ends before it is ready never says READY=1. It runs under
+// wg; without a manager it starts nothing.
+func notifyService(ctx context.Context, wg *sync.WaitGroup, svc service, log *slog.Logger) {
 	if !systemd.Enabled() {
 		return
 	}
-	wg.Add(1)
+	warn := func(err error) {
+		if err != nil {
+			log.Warn("service manager", slog.Any("err", err))
+		}
+	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-svc.changed:
+				warn(systemd.Status(svc.status()))
+			}
+		}
+	}()
 	go func() {
 		defer wg.Done()
 		defer func() {
-			hs.Shutdown()
-			if err := systemd.Stopping("stopping: finishing calls in progress"); err != nil {
-				log.Warn("service manager", slog.Any("err", err))
+			if svc.stop != nil {
+				svc.stop()
 			}
+			warn(systemd.Stopping(svc.stopping))
 		}()
-		if !waitHealthy(ctx, probe, log) {
+		if !waitReady(ctx, svc, log) {
 			return
 		}
-		if err := systemd.Ready(status); err != nil {
-			log.Warn("service manager", slog.Any("err", err))
-		}
-		if err := systemd.Watchdog(ctx, probe, log); err != nil {
-			log.Warn("service manager", slog.Any("err", err))
-		}
+		warn(systemd.Ready(svc.status()))
+		warn(systemd.Watchdog(ctx, svc.alive, log))
 		<-ctx.Done()
 	}()
+}
+
+// waitReady waits for svc to be ready (true) or ctx to end (false),
+// extending the start meanwhile if svc says so.
+func waitReady(ctx context.Context, svc service, log *slog.Logger) bool {
+	if !svc.extend {
+		return svc.ready(ctx)
+	}
+	ectx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := systemd.ExtendStart(ectx, svc.alive, log); err != nil {
+			log.Warn("service manager", slog.Any("err", err))
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	return svc.ready(ctx)
+}
+
+// serveService is serve as notifyService tells of it: ready and alive
+// when probe, the health check of its own listener, succeeds; status its
+// "listening on" line; at the stop, hs turns NOT_SERVING.
+func serveService(probe systemd.Probe, hs *health.Server, status string, log *slog.Logger) service {
+	return service{
+		ready:    func(ctx context.Context) bool { return waitHealthy(ctx, probe, log) },
+		status:   func() string { return status },
+		alive:    probe,
+		stop:     hs.Shutdown,
+		stopping: "stopping: finishing calls in progress",
+	}
 }
 
 // waitHealthy runs probe until it succeeds (true) or ctx ends (false).

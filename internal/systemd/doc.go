@@ -1,7 +1,9 @@
 // Package systemd tells the service manager that started a daemon how it
 // is doing, by the sd_notify protocol: READY=1 once it does what it is
 // for, STATUS= lines on the way, STOPPING=1 when it begins to stop, and
-// WATCHDOG=1 while a probe of its own proves it alive.
+// WATCHDOG=1 while a probe of its own proves it alive — or, before it is
+// ready, EXTEND_TIMEOUT_USEC=, for a start that takes as long as it takes
+// while the daemon is alive.
 //
 // Everything is keyed on the environment systemd sets for a Type=notify
 // service: without NOTIFY_SOCKET every call is a no-op that returns nil,

@@ -83,6 +83,27 @@ type Probe func(ctx context.Context) error
 //
 // Errors: WatchdogInterval's; nil when ctx ends.
 func Watchdog(ctx context.Context, probe Probe, log *slog.Logger) error {
+	return keepAlive(ctx, probe, log, func(time.Duration) string { return daemon.SdNotifyWatchdog })
+}
+
+// ExtendStart is Watchdog for a daemon that is not ready yet, which the
+// manager does not watch: after each probe that succeeds it sends
+// EXTEND_TIMEOUT_USEC= the watchdog interval instead, so the start may
+// outlast the unit's TimeoutStartSec= for as long as probe keeps proving
+// the daemon alive, and fails within an interval of the probe failing.
+// Run it from the start until Ready; it returns at once when no watchdog
+// is set, leaving the start to TimeoutStartSec= alone.
+//
+// Errors: WatchdogInterval's; nil when ctx ends.
+func ExtendStart(ctx context.Context, probe Probe, log *slog.Logger) error {
+	return keepAlive(ctx, probe, log, func(interval time.Duration) string {
+		return fmt.Sprintf("EXTEND_TIMEOUT_USEC=%d", interval.Microseconds())
+	})
+}
+
+// keepAlive runs probe every half of WatchdogInterval until ctx ends and
+// sends msg(interval) after each success.
+func keepAlive(ctx context.Context, probe Probe, log *slog.Logger, msg func(interval time.Duration) string) error {
 	interval, err := WatchdogInterval()
 	if err != nil || interval <= 0 {
 		return err
@@ -104,7 +125,7 @@ func Watchdog(ctx context.Context, probe Probe, log *slog.Logger) error {
 			log.Warn("watchdog probe failed: not telling the service manager this process is alive",
 				slog.Duration("watchdog", interval), slog.Any("err", err))
 		default:
-			if err := notify(daemon.SdNotifyWatchdog, ""); err != nil {
+			if err := notify(msg(interval), ""); err != nil {
 				log.Warn("watchdog", slog.Any("err", err))
 			}
 		}

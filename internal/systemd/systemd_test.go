@@ -213,6 +213,50 @@ func TestWatchdog(t *testing.T) {
 	})
 }
 
+// TestExtendStart: before READY=1 the same probes extend the start
+// timeout by the watchdog interval, and a failing one does not.
+func TestExtendStart(t *testing.T) {
+	const usec = 40_000
+	m := newManager(t)
+	t.Setenv(watchdogEnv, strconv.Itoa(usec))
+	ctx, cancel := context.WithCancel(context.Background())
+	var failing atomic.Bool
+	var failed atomic.Int32
+	done := make(chan error)
+	go func() {
+		done <- ExtendStart(ctx, func(context.Context) error {
+			if failing.Load() {
+				failed.Add(1)
+				return errors.New("stuck")
+			}
+			return nil
+		}, nil)
+	}()
+	var got []string
+	wait.For(t, 5*time.Second, "three extensions", func() bool {
+		got = append(got, m.drain()...)
+		return len(got) >= 3
+	})
+	failing.Store(true)
+	// The probe running as it fails may have passed: what it sent is
+	// drained after the next, failing, one.
+	wait.For(t, 5*time.Second, "a failed probe", func() bool { return failed.Load() >= 1 })
+	got = append(got, m.drain()...)
+	wait.For(t, 5*time.Second, "three more failed probes", func() bool { return failed.Load() >= 4 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range got {
+		if d != "EXTEND_TIMEOUT_USEC=40000" {
+			t.Errorf("got %q, want EXTEND_TIMEOUT_USEC=40000", d)
+		}
+	}
+	if extra := m.drain(); len(extra) != 0 {
+		t.Errorf("failing probes sent %q", extra)
+	}
+}
+
 func TestEnviron(t *testing.T) {
 	env := []string{"PATH=/bin", "NOTIFY_SOCKET=/run/x", "WATCHDOG_USEC=1", "WATCHDOG_PID=2", "NOTIFY_SOCKETS=keep"}
 	got := Environ(env)
