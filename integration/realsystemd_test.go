@@ -51,6 +51,11 @@ func TestRealSystemd(t *testing.T) {
 			dropIn: "[Service]\nRestartSec=100ms\nWatchdogSec=3s\n",
 			setup:  mountUnit,
 		},
+		{
+			file:   "replicad-follow@.service",
+			dropIn: "[Service]\nRestartSec=100ms\nWatchdogSec=3s\n",
+			setup:  followUnit,
+		},
 	} {
 		t.Run(tc.file, func(t *testing.T) { tc.run(t, systemd) })
 	}
@@ -243,6 +248,51 @@ func mountUnit(t *testing.T, etc map[string]string) unitRun {
 			if !slices.ContainsFunc(events(t, state), func(ev journal.Event) bool { return ev.Path == "probe" }) {
 				t.Error("the writes through the mount were not journaled")
 			}
+		},
+	}
+}
+
+// followUnit is replicad-follow@replica.service keeping a target loaded
+// from a live source: a cmfs mount and its replicad serve, both run by
+// the test outside systemd, named in
+// /etc/cmfs/replicad-follow-replica.yaml. A file written through the
+// mount before the start must be at the target when systemctl start
+// returns (READY=1 means caught up); at every later check a new file
+// written through the mount must reach the target.
+func followUnit(t *testing.T, etc map[string]string) unitRun {
+	m := mount(t)
+	writeFile(t, m.path("w.db/t/part-0"), []byte("before the start\n"))
+	srv := serve(t, m.State)
+	target := filepath.Join(t.TempDir(), "replica")
+	etc["cmfs/replicad-follow-replica.yaml"] = fmt.Sprintf("follow:\n  source: %q\n  target: %q\n  interval: 100ms\n  token-file: %q\n",
+		srv.Addr, target, os.Getenv(tokenEnv))
+	probes := 0
+	return unitRun{
+		unit:   "replicad-follow@replica.service",
+		status: srv.Addr,
+		answers: func(t *testing.T, sd *realSystemd) error {
+			if probes == 0 {
+				// At once: the start returned only once caught up.
+				if b, err := os.ReadFile(sd.path(filepath.Join(target, "w.db/t/part-0"))); err != nil || string(b) != "before the start\n" {
+					return fmt.Errorf("the file written before the start, at the target: %q, %v", b, err)
+				}
+			}
+			probes++
+			rel := fmt.Sprintf("w.db/t/probe-%d", probes)
+			want := fmt.Sprintf("probe %d\n", probes)
+			writeFile(t, m.path(rel), []byte(want))
+			if !wait.Until(20*time.Second, func() bool {
+				b, err := os.ReadFile(sd.path(filepath.Join(target, rel)))
+				return err == nil && string(b) == want
+			}) {
+				return fmt.Errorf("%s, written through the source's mount, did not reach the target within 20s", rel)
+			}
+			return nil
+		},
+		// Stopped between rounds, the target is whole at the last event
+		// it applied: every probe, the tree as the source has it.
+		stopped: func(t *testing.T, sd *realSystemd) {
+			checkTarget(t, "after systemctl stop", sd.path(target), sourceTree(t, m))
 		},
 	}
 }
