@@ -16,6 +16,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
@@ -38,6 +39,14 @@ const (
 	clientPing  = 30 * time.Second
 	pingTimeout = 20 * time.Second
 )
+
+// reconnectBackoff paces a client's attempts to reconnect to a source
+// it lost: gRPC's default, capped at 10 s.
+var reconnectBackoff = func() backoff.Config {
+	c := backoff.DefaultConfig
+	c.MaxDelay = 10 * time.Second
+	return c
+}()
 
 // spoolMemory is the largest live file Fetch holds back in memory while
 // it waits for the checksum; a larger one goes to a temp file.
@@ -104,6 +113,10 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	dopts := append(window.Dial(),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: clientPing, Timeout: pingTimeout}),
+		// Reconnect attempts back off to reconnectMax, not gRPC's 120 s: a
+		// follow retrying a source that came back (its own retries cap at
+		// 10 s) must not wait two minutes for the channel.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnectBackoff, MinConnectTimeout: 20 * time.Second}),
 		// An event of an rm -r names every file it preserved.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)),
 		experimental.WithBufferPool(buffers),
