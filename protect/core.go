@@ -542,8 +542,15 @@ func (c *Core) sumPath(rel string) (string, *syscall.Stat_t, error) {
 	if err := c.fs.Lstat(rel, &st); err != nil {
 		return "", nil, err
 	}
-	if sum, ok := c.sums.get(statState(&st)); ok {
-		return sum, &st, nil
+	return c.sumStat(rel, &st)
+}
+
+// sumStat is sumPath for a file the caller has just lstat-ed as st and
+// that nothing writes to meanwhile (no handle open for writing): a
+// checksum cached for that state is taken without another lstat.
+func (c *Core) sumStat(rel string, st *syscall.Stat_t) (string, *syscall.Stat_t, error) {
+	if sum, ok := c.sums.get(statState(st)); ok {
+		return sum, st, nil
 	}
 	f, err := openNoAtime(c.fs, rel)
 	if err != nil {

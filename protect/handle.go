@@ -229,8 +229,14 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 	// journaled later (keep).
 	var undo func() error
 	if p.replace && u.Opens == 0 && c.treeLinks(&st) == 1 {
-		// O(1): keep the original inode in cmroot, put a new one in its place.
-		if orig, err = c.preserve(rel, byLink); err != nil {
+		// O(1): keep the original inode in cmroot, put a new one in its
+		// place. No handle has it open: its lstat above still holds.
+		var sum string
+		var cur *syscall.Stat_t
+		if sum, cur, err = c.sumStat(rel, &st); err != nil {
+			return nil, err
+		}
+		if orig, err = c.preserveSummed(rel, byLink, sum, cur); err != nil {
 			return nil, err
 		}
 		if err = c.intendOrig(slot, &in, rel, orig); err != nil {

@@ -149,7 +149,7 @@ func (c *Core) Unlink(ctx context.Context, rel string, u Use) error {
 		// The move is the unlink: the intent names its entry before it
 		// happens.
 		var err error
-		if sum, cur, err = c.sumPath(rel); err == nil {
+		if sum, cur, err = c.sumStat(rel, &st); err == nil {
 			in.Orig = &journal.File{Path: rel, Size: cur.Size, XXH64: sum, CM: cmroot.Name(sum, cur.Size)}
 		}
 	}
