@@ -58,7 +58,7 @@ func (c *Core) preserve(rel string, h how) (preserved, error) {
 }
 
 // preserveSummed is preserve by move or link of rel, whose checksum sum
-// and stat st the caller has just taken (sumPath). cmroot checks the
+// and stat st the caller has just taken (sumPath, sumStat). cmroot checks the
 // size again as it links or moves the file.
 func (c *Core) preserveSummed(rel string, h how, sum string, st *syscall.Stat_t) (preserved, error) {
 	var name string
