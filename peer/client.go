@@ -12,17 +12,13 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/cmfs-project/cmfs/api/containerpb"
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
+	"github.com/cmfs-project/cmfs/internal/window"
 )
-
-// clientPing is how often a client pings a connection that carries
-// nothing: a peer that vanished without a reset is noticed mid-transfer.
-const clientPing = 30 * time.Second
 
 // Client is a connection to a node's Container service: for the admin
 // commands, and for one node replicating to another. It is safe for
@@ -66,7 +62,8 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	}
 	dopts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: clientPing, Timeout: 20 * time.Second}),
+		// A peer that vanished without a reset is noticed mid-transfer.
+		window.Keepalive(),
 		experimental.WithBufferPool(buffers),
 	}
 	if o.token != "" {

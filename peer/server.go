@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/cmfs-project/cmfs/api/containerpb"
 	"github.com/cmfs-project/cmfs/container"
@@ -89,11 +88,7 @@ func NewServer(store Store, cfg Config) (*Server, error) {
 	if s.sup, err = NewSupervisor(cfg, s.replicate); err != nil {
 		return nil, err
 	}
-	opts := append(window.Server(), grpc.Creds(creds),
-		// Clients ping idle connections (Dial): allow it.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: clientPing / 2, PermitWithoutStream: true}),
-		experimental.BufferPool(buffers),
-	)
+	opts := append(window.Server(), grpc.Creds(creds), experimental.BufferPool(buffers))
 	opts = append(opts, rpclog.ServerOptions(cfg.Logger)...)
 	if s.clientTLS == nil {
 		opts = append(opts, auth.ServerOptions(cfg.Token)...)

@@ -20,24 +20,12 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/cmfs-project/cmfs/api/replpb"
 	"github.com/cmfs-project/cmfs/control"
 	"github.com/cmfs-project/cmfs/internal/auth"
 	"github.com/cmfs-project/cmfs/internal/window"
 	"github.com/cmfs-project/cmfs/journal"
-)
-
-// clientPing is how long a client's connection may carry calls in
-// progress without a byte from the server before it pings, and
-// pingTimeout how long it waits for the answer: a source that vanished
-// without a reset (its host down, the network cut) fails the calls and the
-// event stream within their sum, where they would otherwise wait forever.
-// The server lets clients ping that often (NewServer).
-const (
-	clientPing  = 30 * time.Second
-	pingTimeout = 20 * time.Second
 )
 
 // reconnectBackoff paces a client's attempts to reconnect to a source
@@ -112,7 +100,9 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	}
 	dopts := append(window.Dial(),
 		grpc.WithTransportCredentials(creds),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: clientPing, Timeout: pingTimeout}),
+		// A source that vanished without a reset fails the calls and the
+		// event stream instead of leaving them waiting.
+		window.Keepalive(),
 		// Reconnect attempts back off to reconnectMax, not gRPC's 120 s: a
 		// follow retrying a source that came back (its own retries cap at
 		// 10 s) must not wait two minutes for the channel.

@@ -14,7 +14,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/cmfs-project/cmfs/api/replpb"
 	"github.com/cmfs-project/cmfs/internal/auth"
@@ -130,12 +129,7 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("source: open warehouse root: %w", err)
 	}
 	s.life, s.end = context.WithCancel(context.Background())
-	opts := append(window.Server(), experimental.BufferPool(buffers),
-		// Clients ping connections whose calls go quiet (Dial): allow it.
-		// (Registered on a node's server instead (Register), it is under
-		// that server's policy, which allows the same.)
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: clientPing / 2, PermitWithoutStream: true}),
-	)
+	opts := append(window.Server(), experimental.BufferPool(buffers))
 	opts = append(opts, rpclog.ServerOptions(cfg.Logger)...)
 	if cfg.Token != "" {
 		opts = append(opts, auth.ServerOptions(cfg.Token)...)

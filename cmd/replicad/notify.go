@@ -144,18 +144,21 @@ func notifyService(ctx context.Context, wg *sync.WaitGroup, svc service, log *sl
 			log.Warn("service manager", slog.Any("err", err))
 		}
 	}
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-svc.changed:
-				warn(systemd.Status(svc.status()))
+	if svc.changed != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-svc.changed:
+					warn(systemd.Status(svc.status()))
+				}
 			}
-		}
-	}()
+		}()
+	}
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer func() {
