@@ -8,9 +8,10 @@
 // implementation serves it. Implementations (impl.go) turn a backing
 // directory into a mounted directory and back; the mount helpers
 // (mount.go) poll the mountpoint's st_dev with a deadline and always
-// unmount, falling back to a lazy `fusermount3 -u -z`. OnXFS runs rows
-// with every implementation mounted again over backing directories on an
-// XFS filesystem it makes on a loop device for them, and removes.
+// unmount, falling back to a lazy `fusermount3 -u -z`. OnScratch runs
+// rows with every implementation mounted again over backing directories on
+// filesystems it makes on loop devices for them, and removes: one XFS for
+// the reflink row, a fresh ext4 per implementation for the small-file rows.
 //
 // The workloads of many small changes (FileSet) also time every single
 // operation, each worker into its own log-linear histogram (Latencies), so

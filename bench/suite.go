@@ -103,30 +103,12 @@ type Workload struct {
 	Prepare func(dir string) error
 }
 
-// Workloads returns the suite, in the order it must run.
+// Workloads returns the large-file rows of the suite, in the order they
+// must run. SmallWorkloads follow them.
 func Workloads(cfg Config) []Workload {
 	big := func(dir string, rep int) string { return filepath.Join(dir, fmt.Sprintf("big-%d", rep)) }
-	set := func(dir string, rep int, name string, workers int) FileSet {
-		return FileSet{Dir: filepath.Join(dir, fmt.Sprintf("small-%d", rep), name), N: cfg.Files, Workers: workers, Size: cfg.SmallSize}
-	}
-	one := func(dir string, rep int) FileSet { return set(dir, rep, "one", 1) }
-	par := func(dir string, rep int) FileSet { return set(dir, rep, "par", cfg.Workers) }
-	many := func(dir string, rep int) FileSet { return set(dir, rep, "many", cfg.Writers) }
-
 	data := func(min float64) []Target { return []Target{{Base: NativeName, Min: min}} }
-	meta := []Target{{Base: LoopbackName, Min: 0.9}, {Base: PassthroughName, Min: 1.0}}
-	// The commit-path issue's targets for the small changes, against
-	// loopback run side by side: cmfs (--sync=always) and cmfs interval.
-	commit := func(always, interval float64) []Target {
-		return []Target{{Base: LoopbackName, Min: always}, {Subject: IntervalName, Base: LoopbackName, Min: interval}}
-	}
-	size, files, small := Size(cfg.FileSize), Count(cfg.Files), Size(int64(cfg.SmallSize))
-	threads := func(n int) string {
-		if n == 1 {
-			return "1 thread"
-		}
-		return fmt.Sprintf("%d threads", n)
-	}
+	size := Size(cfg.FileSize)
 
 	// fioRun is fio's random writes into the large file of the rep (the
 	// data rows leave it; laid out here, untimed, if they did not), with
@@ -195,6 +177,51 @@ func Workloads(cfg Config) []Workload {
 			Name: fmt.Sprintf("fio 4 KiB random writes into %s, no fsync", size), Unit: OpsPerSec, Targets: data(0.9), Cold: true,
 			Run: fioRun(0),
 		},
+	}
+}
+
+// SmallImageSize is room on a column's filesystem of the small-file rows
+// (SmallScratch) for every rep's files, the originals cmfs keeps of the
+// overwritten and unlinked ones, and its state directory, with ext4's
+// default inode ratio giving inodes to spare.
+func SmallImageSize(cfg Config) int64 {
+	files := int64(cfg.Reps) * 3 * int64(cfg.Files) // one, par and many sets
+	return max(8*files*int64(cfg.SmallSize), 4<<30)
+}
+
+// SmallScratch is where the small-file rows run unless told otherwise:
+// a fresh ext4 (mkfs.ext4's defaults, with its journal) for every
+// column. Creates and unlinks are what a filesystem's history changes
+// most; on a shared one, every column's runs would start from what the
+// others left.
+func SmallScratch(cfg Config) Scratch {
+	return Scratch{Type: "ext4", Size: SmallImageSize(cfg), PerColumn: true}
+}
+
+// SmallWorkloads returns the rows of many small changes and lookups, in
+// the order they must run: creates, lstats of what they made, overwrites
+// of it, unlinks.
+func SmallWorkloads(cfg Config) []Workload {
+	set := func(dir string, rep int, name string, workers int) FileSet {
+		return FileSet{Dir: filepath.Join(dir, fmt.Sprintf("small-%d", rep), name), N: cfg.Files, Workers: workers, Size: cfg.SmallSize}
+	}
+	one := func(dir string, rep int) FileSet { return set(dir, rep, "one", 1) }
+	par := func(dir string, rep int) FileSet { return set(dir, rep, "par", cfg.Workers) }
+	many := func(dir string, rep int) FileSet { return set(dir, rep, "many", cfg.Writers) }
+	meta := []Target{{Base: LoopbackName, Min: 0.9}, {Base: PassthroughName, Min: 1.0}}
+	// The commit-path issue's targets for the small changes, against
+	// loopback run side by side: cmfs (--sync=always) and cmfs interval.
+	commit := func(always, interval float64) []Target {
+		return []Target{{Base: LoopbackName, Min: always}, {Subject: IntervalName, Base: LoopbackName, Min: interval}}
+	}
+	files, small := Count(cfg.Files), Size(int64(cfg.SmallSize))
+	threads := func(n int) string {
+		if n == 1 {
+			return "1 thread"
+		}
+		return fmt.Sprintf("%d threads", n)
+	}
+	return []Workload{
 		{
 			Name: fmt.Sprintf("create+write+close %s × %s, %s", files, small, threads(1)), Unit: OpsPerSec, Targets: commit(0.65, 0.95), Cold: true, PerOp: true,
 			Run: func(dir string, rep int) (Measurement, error) { return one(dir, rep).Create() },

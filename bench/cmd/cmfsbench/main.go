@@ -16,10 +16,14 @@
 // benchmark. With -base REV it also builds ./cmd/cmfs as it is at git
 // revision REV and runs it as one more column, cmfs@REV, so that the table
 // shows what the changes since REV cost. An implementation that does not
-// build or mount is reported as n/a; the others still run. The XFS row
+// build or mount is reported as n/a; the others still run. The small-file
+// rows mount every implementation again, each over a fresh ext4 of its own
+// made on a loop device (root and mkfs.ext4; -small-fs dir runs them on
+// the -dir filesystem with the large-file rows instead). The XFS row
 // mounts every implementation again over backing directories on an XFS
-// image it makes on a loop device (root and mkfs.xfs; n/a without). Progress goes to stderr, the machine
-// description and the tables (aligned text, then markdown) to stdout.
+// image it makes on a loop device (root and mkfs.xfs; n/a without).
+// Progress goes to stderr, the machine description and the tables
+// (aligned text, then markdown) to stdout.
 package main
 
 import (
@@ -50,6 +54,7 @@ type options struct {
 	impls         []string
 	journalEvents int
 	keep          bool
+	smallOnDir    bool           // the small-file rows on the -dir filesystem, not on fresh ext4s
 	only          *regexp.Regexp // run only the workloads it matches; nil: all
 }
 
@@ -74,6 +79,7 @@ func parseFlags(args []string) (options, error) {
 	keep := fl.Bool("keep", false, "keep the backing directories after the run")
 	bestRun := fl.Bool("best", false, "show the best run of each workload instead of the median")
 	noCold := fl.Bool("no-drop-caches", false, "do not sync and drop caches before runs")
+	smallFS := fl.String("small-fs", "ext4", "where the small-file rows run: `ext4`, a fresh ext4 on a loop device for every implementation, or dir, the -dir filesystem the large-file rows run on")
 	only := fl.String("only", "", "run only the workloads whose name matches this `REGEXP` (the journal's row is named \"journal appends\"); a workload that needs an earlier one's files (lstat, overwrite, unlink need the creates') fails without it")
 	set, err := bench.ParseFlags(fl, args)
 	if err != nil {
@@ -113,6 +119,13 @@ func parseFlags(args []string) (options, error) {
 		return options{}, errors.New("sizes and counts must be positive (and -size at least 8K)")
 	}
 	opts := options{cfg: cfg, dir: *dir, cmfs: *cmfs, base: *base, journalEvents: *journalEvents, keep: *keep}
+	switch *smallFS {
+	case "ext4":
+	case "dir":
+		opts.smallOnDir = true
+	default:
+		return options{}, fmt.Errorf("-small-fs: %q is neither ext4 nor dir", *smallFS)
+	}
 	if *only != "" {
 		if opts.only, err = regexp.Compile(*only); err != nil {
 			return options{}, fmt.Errorf("-only: %w", err)
@@ -226,8 +239,8 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 		}
 	}()
 	for _, impl := range impls {
-		backing := filepath.Join(runDir, dirName(impl.Name()), "backing")
-		mnt := filepath.Join(runDir, dirName(impl.Name()), "mnt")
+		backing := filepath.Join(runDir, bench.DirName(impl.Name()), "backing")
+		mnt := filepath.Join(runDir, bench.DirName(impl.Name()), "mnt")
 		if err := os.MkdirAll(backing, 0o755); err != nil {
 			return err
 		}
@@ -263,12 +276,24 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	fmt.Fprintln(stdout)
 
 	start := time.Now()
-	rows, runErr := bench.Run(ctx, cfg, opts.pick(bench.Workloads(cfg)), subjects, progress{logf})
+	workloads := bench.Workloads(cfg)
+	if opts.smallOnDir {
+		workloads = append(workloads, bench.SmallWorkloads(cfg)...)
+	}
+	rows, runErr := bench.Run(ctx, cfg, opts.pick(workloads), subjects, progress{logf})
+	if small := opts.pick(bench.SmallWorkloads(cfg)); runErr == nil && !opts.smallOnDir && len(small) > 0 {
+		// The same implementations again, each over a fresh filesystem
+		// of its own.
+		logf("making an ext4 on a loop device for every implementation, for the small-file rows...")
+		smallRows, err := bench.OnScratch(ctx, cfg, filepath.Join(runDir, "small"), bench.SmallScratch(cfg), impls, small, progress{logf})
+		rows = append(rows, smallRows...)
+		runErr = err
+	}
 	if xfs := opts.pick(bench.XFSWorkloads(cfg)); runErr == nil && len(xfs) > 0 {
 		// The same implementations again, over backing directories on an
 		// XFS image made for them, where cmfs keeps originals by reflink.
 		logf("making XFS on a loop device for the XFS rows...")
-		xfsRows, err := bench.OnXFS(ctx, cfg, filepath.Join(runDir, "xfs"), bench.XFSImageSize(cfg, len(impls)), impls, xfs, progress{logf})
+		xfsRows, err := bench.OnScratch(ctx, cfg, filepath.Join(runDir, "xfs"), bench.Scratch{Type: "xfs", Size: bench.XFSImageSize(cfg, len(impls))}, impls, xfs, progress{logf})
 		rows = append(rows, xfsRows...)
 		runErr = err
 	}
@@ -442,10 +467,6 @@ func cmfsDaemon(name, bin string, flags ...string) *bench.Daemon {
 		},
 	}
 }
-
-// dirName is the directory of a column's backing directory and
-// mountpoint: its name without spaces.
-func dirName(column string) string { return strings.ReplaceAll(column, " ", "-") }
 
 // exampleDir holds libfuse's examples as Debian's libfuse3-dev ships them.
 const exampleDir = "/usr/share/doc/libfuse3-dev/examples"
