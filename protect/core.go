@@ -486,9 +486,18 @@ func (c *sumCache) put(st state, sum string) {
 // when its state is unchanged since it was last hashed. A file that changes
 // while it is hashed is hashed again.
 func (c *Core) sumFile(f *os.File) (string, *syscall.Stat_t, error) {
+	return c.sumFileFrom(f, nil)
+}
+
+// sumFileFrom is sumFile for a caller that has just fstat-ed f (or
+// another descriptor of its inode) as st, which serves as the state
+// before the first hash (nil: f is fstat-ed).
+func (c *Core) sumFileFrom(f *os.File, st *syscall.Stat_t) (string, *syscall.Stat_t, error) {
 	for try := 0; ; try++ {
 		var before syscall.Stat_t
-		if err := syscall.Fstat(int(f.Fd()), &before); err != nil {
+		if try == 0 && st != nil {
+			before = *st
+		} else if err := syscall.Fstat(int(f.Fd()), &before); err != nil {
 			return "", nil, err
 		}
 		if sum, ok := c.sums.get(statState(&before)); ok {

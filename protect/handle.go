@@ -530,7 +530,7 @@ func (h *Handle) Flush(ctx context.Context, rel string, live bool) error {
 		return err
 	}
 	defer closeSrc()
-	sum, cur, err := c.sumFile(src)
+	sum, cur, err := c.sumFileFrom(src, &st)
 	if err != nil {
 		return err
 	}
