@@ -15,6 +15,14 @@ import (
 // applyChunk bounds the events of one bbolt transaction of the applier.
 const applyChunk = 16384
 
+// applyGather is how long the applier lets durable groups gather before it
+// puts them into bbolt. A bbolt commit makes two device flushes; without
+// the pause, operations made one at a time under --sync=always would each
+// bring one commit of their own, whose flushes queue behind the next
+// operation's on the same disk (on ext4 with a journal, 2.4 fdatasyncs per
+// create and unlink with it, 4.0 without).
+const applyGather = 50 * time.Millisecond
+
 // memTail holds the records written to the WAL that bbolt does not hold yet,
 // by id: recs[i] is event first+i.
 type memTail struct {
@@ -121,12 +129,29 @@ func (t *memTail) cut(from uint64) {
 // lacks into bbolt, until stopApply is closed and nothing is left.
 func (l *Log) applyLoop() {
 	defer close(l.applyDone)
+	gather := time.NewTimer(applyGather)
+	gather.Stop()
 	for {
 		select {
 		case <-l.applyCh:
 		case <-l.stopApply:
 			l.applyAll()
 			return
+		}
+		// Under --sync=interval the groups come an interval apart
+		// already. Someone waiting for bbolt (waitApplied: a writer
+		// short of room, Verify) ends the pause.
+		if l.opts.Sync == SyncAlways {
+			gather.Reset(applyGather)
+			select {
+			case <-gather.C:
+			case <-l.applyNow:
+				gather.Stop()
+			case <-l.stopApply:
+				gather.Stop()
+				l.applyAll()
+				return
+			}
 		}
 		if err := l.applyAll(); err != nil {
 			// Retry after a pause; the writer refuses appends only when
@@ -230,9 +255,11 @@ func (l *Log) waitApplied(id uint64) error {
 		if p := l.applyErr.Load(); p != nil {
 			return fmt.Errorf("journal: the WAL is full and bbolt does not take its events: %w", *p)
 		}
-		select {
-		case l.applyCh <- struct{}{}:
-		default:
+		for _, wake := range []chan struct{}{l.applyCh, l.applyNow} {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
 		}
 		select {
 		case <-ch:

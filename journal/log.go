@@ -121,6 +121,7 @@ type Log struct {
 	failed    atomic.Pointer[error] // a background flush failed
 	applyErr  atomic.Pointer[error] // the applier's last failure
 	applyCh   chan struct{}         // wakes the applier
+	applyNow  chan struct{}         // ends its pause to gather groups
 	applyMu   sync.Mutex            // held by the applier in a transaction (tests stop it)
 	stopApply chan struct{}
 	applyDone chan struct{}
@@ -271,6 +272,7 @@ func Open(path string, opts Options) (*Log, error) {
 	l.applied.Store(last)
 	l.first = last
 	l.applyCh = make(chan struct{}, 1)
+	l.applyNow = make(chan struct{}, 1)
 	l.stopApply = make(chan struct{})
 	l.applyDone = make(chan struct{})
 	l.appliedCh = make(chan struct{})
