@@ -7,8 +7,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -516,7 +518,10 @@ func (s *Store) commit(batch map[string]*record) error {
 func (s *Store) commitTx(batch map[string]*record) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(entriesBucket)
-		for name, r := range batch {
+		// In key order: each Put's descent starts where the last one's
+		// ended, on nodes the transaction has already loaded.
+		for _, name := range slices.Sorted(maps.Keys(batch)) {
+			r := batch[name]
 			var err error
 			if r == nil {
 				err = b.Delete([]byte(name))
