@@ -111,8 +111,9 @@ bench: build bench-deps
 
 # What the benchmarks compare with and the machine may lack: rsync (for
 # containerbench's report row), xfsprogs (mkfs.xfs, for cmfsbench's XFS
-# row, run on an XFS image it makes on a loop device) and fio (cmfsbench's
-# random-write rows). Installed once; if one cannot be, its rows say so and
+# row, run on an XFS image it makes on a loop device), e2fsprogs
+# (mkfs.ext4, for its small-file rows, each column on an ext4 of its own)
+# and fio (cmfsbench's random-write rows). Installed once; if one cannot be, its rows say so and
 # the run goes on.
 bench-deps:
 	@command -v rsync >/dev/null 2>&1 || \
@@ -121,6 +122,9 @@ bench-deps:
 	@command -v mkfs.xfs >/dev/null 2>&1 || \
 		{ apt-get install -y -q xfsprogs >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q xfsprogs >/dev/null 2>&1; }; } || \
 		echo "bench-deps: xfsprogs could not be installed; cmfsbench reports its XFS row as n/a"
+	@command -v mkfs.ext4 >/dev/null 2>&1 || \
+		{ apt-get install -y -q e2fsprogs >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q e2fsprogs >/dev/null 2>&1; }; } || \
+		echo "bench-deps: e2fsprogs could not be installed; cmfsbench reports its small-file rows as n/a (or run it with -small-fs dir)"
 	@command -v fio >/dev/null 2>&1 || \
 		{ apt-get install -y -q fio >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q fio >/dev/null 2>&1; }; } || \
 		echo "bench-deps: fio could not be installed; cmfsbench reports its fio rows as n/a"

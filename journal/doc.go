@@ -30,7 +30,8 @@
 // request fails with no ids assigned, the others commit.
 //
 // bbolt is written behind the WAL by the applier goroutine, many groups
-// per transaction (apply.go); until then readers find the events in
+// per transaction (apply.go; under SyncAlways it lets groups gather for
+// applyGather first); until then readers find the events in
 // memory. The WAL's two preallocated segments are used in turn, a segment
 // again only once bbolt holds everything in it. A writable Open replays
 // into bbolt what the WAL holds beyond bbolt's newest event and empties
