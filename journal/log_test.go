@@ -650,3 +650,36 @@ func TestStats(t *testing.T) {
 		t.Errorf("Stats() = %+v, want %+v", got, want)
 	}
 }
+
+// TestApplierGathersGroups: under SyncAlways, events appended one at a time
+// (each its own group, durable when Append returns) reach bbolt in shared
+// commits, not one each; until then Get finds them, and Verify, which
+// waits for bbolt, finds them all there.
+func TestApplierGathersGroups(t *testing.T) {
+	l := openTestLog(t, filepath.Join(t.TempDir(), "journal.db"), Options{Sync: SyncAlways})
+	const n = 20
+	before := l.SyncStats()
+	start := time.Now()
+	for i := range n {
+		if err := l.Append(context.Background(), testEvent(i)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Get(l.Last()); err != nil {
+			t.Fatalf("event %d, durable, not readable: %v", l.Last(), err)
+		}
+	}
+	groups := l.SyncStats().Groups - before.Groups
+	if err := l.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	applies := l.SyncStats().Applies - before.Applies
+	if groups < n {
+		t.Fatalf("%d groups for %d appends one at a time", groups, n)
+	}
+	// Each commit but Verify's waited applyGather after a group: however
+	// slow the machine, no more than one per pause.
+	if most := uint64(time.Since(start)/applyGather) + 2; applies > most {
+		t.Errorf("%d bbolt commits for %d groups in %v: the applier did not gather them", applies, groups, time.Since(start))
+	}
+	t.Logf("%d groups, %d bbolt commits", groups, applies)
+}
