@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -41,5 +42,31 @@ func TestParseBase(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-impls", "native,cmfs@c975bd5"}); err == nil {
 		t.Error("-impls cmfs@REV: nil error, want unknown implementation (-base adds that column)")
+	}
+}
+
+// TestParseSmallFS: the small-file rows run on fresh ext4s unless -small-fs
+// dir says otherwise; anything else is refused.
+func TestParseSmallFS(t *testing.T) {
+	for _, tt := range []struct {
+		args   []string
+		onDir  bool
+		refuse bool
+	}{
+		{nil, false, false},
+		{[]string{"-small-fs", "ext4"}, false, false},
+		{[]string{"-small-fs", "dir"}, true, false},
+		{[]string{"-small-fs", "xfs"}, false, true},
+	} {
+		opts, err := parseFlags(tt.args)
+		if tt.refuse {
+			if err == nil || !strings.Contains(err.Error(), "-small-fs") {
+				t.Errorf("%v: error %v, want one naming -small-fs", tt.args, err)
+			}
+			continue
+		}
+		if err != nil || opts.smallOnDir != tt.onDir {
+			t.Errorf("%v: smallOnDir %v, error %v; want %v, nil", tt.args, opts.smallOnDir, err, tt.onDir)
+		}
 	}
 }
