@@ -7,38 +7,32 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // TestDamagedJournal damages the journal of an unmounted state directory
-// (a flipped byte in a bbolt page header or in both meta pages) and runs
-// every command that reads it: each must exit 1 with one line on stderr
-// naming the file, and no panic (I5).
+// (a flipped byte in the header of a leaf page of events, or in both meta
+// pages) and runs every command that reads what is damaged: each must exit
+// 1 with one line on stderr naming the file, and no panic (I5).
+//
+// Every open reads the newest event, so damage to its leaf page or to the
+// meta pages stops every command. Damage to the oldest leaf stops what
+// reads that far back; `cmfs status` and a bootstrap dump read only the
+// newest event (each record carries its own checksum) and are left out
+// of that case. A mount and fsck check every page, wherever the damage.
 func TestDamagedJournal(t *testing.T) {
 	requireFUSE(t)
+	everything := []string{"events", "events --json", "fsck", "fsck --repair", "restore", "status",
+		"mount --daemon", "mount", "dump --from 1", "dump"}
 	damages := []struct {
-		name   string
-		damage func(t *testing.T, path string)
+		name     string
+		damage   func(t *testing.T, path string)
+		commands []string
 	}{
-		{"page header", func(t *testing.T, path string) {
-			b := readFile(t, path)
-			ps := int(binary.LittleEndian.Uint32(b[16+8:]))
-			last := -1
-			for id := 2; (id+1)*ps <= len(b); id++ {
-				p := b[id*ps:]
-				// A leaf page of events: 8-byte keys.
-				if binary.LittleEndian.Uint64(p) == uint64(id) && binary.LittleEndian.Uint16(p[8:]) == 0x02 &&
-					binary.LittleEndian.Uint16(p[10:]) > 0 && binary.LittleEndian.Uint32(p[16+8:]) == 8 {
-					last = id
-				}
-			}
-			if last < 0 {
-				t.Fatalf("%s: no leaf page of events", path)
-			}
-			b[last*ps+8] ^= 0xff
-			if err := os.WriteFile(path, b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}},
+		{"newest leaf", func(t *testing.T, path string) { damageLeaf(t, path, true) }, everything},
+		{"oldest leaf", func(t *testing.T, path string) { damageLeaf(t, path, false) },
+			[]string{"events", "events --json", "fsck", "fsck --repair", "restore", "mount --daemon", "mount", "dump --from 1"}},
 		{"both meta pages", func(t *testing.T, path string) {
 			b := readFile(t, path)
 			ps := int(binary.LittleEndian.Uint32(b[16+8:]))
@@ -47,7 +41,7 @@ func TestDamagedJournal(t *testing.T) {
 			if err := os.WriteFile(path, b, 0o600); err != nil {
 				t.Fatal(err)
 			}
-		}},
+		}, everything},
 	}
 	for _, d := range damages {
 		t.Run(d.name, func(t *testing.T) {
@@ -65,21 +59,26 @@ func TestDamagedJournal(t *testing.T) {
 			if err := os.Mkdir(mnt, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			for _, c := range []struct {
+			commands := map[string]struct {
 				tool string
 				args []string
 			}{
-				{"cmfs", []string{"events", backing}},
-				{"cmfs", []string{"events", "--json", "--state", m.State}},
-				{"cmfs", []string{"fsck", backing}},
-				{"cmfs", []string{"fsck", "--repair", backing}},
-				{"cmfs", []string{"restore", backing, "--event", "1", "--to", t.TempDir()}},
-				{"cmfs", []string{"status", backing}},
-				{"cmfs", []string{"mount", "--daemon", backing, mnt}},
-				{"cmfs", []string{"mount", backing, mnt}},
-				{"replicad", []string{"dump", "--state", m.State, "--out", t.TempDir(), "--from", "1"}},
-				{"replicad", []string{"dump", "--state", m.State, "--out", t.TempDir()}},
-			} {
+				"events":         {"cmfs", []string{"events", backing}},
+				"events --json":  {"cmfs", []string{"events", "--json", "--state", m.State}},
+				"fsck":           {"cmfs", []string{"fsck", backing}},
+				"fsck --repair":  {"cmfs", []string{"fsck", "--repair", backing}},
+				"restore":        {"cmfs", []string{"restore", backing, "--event", "1", "--to", t.TempDir()}},
+				"status":         {"cmfs", []string{"status", backing}},
+				"mount --daemon": {"cmfs", []string{"mount", "--daemon", backing, mnt}},
+				"mount":          {"cmfs", []string{"mount", backing, mnt}},
+				"dump --from 1":  {"replicad", []string{"dump", "--state", m.State, "--out", t.TempDir(), "--from", "1"}},
+				"dump":           {"replicad", []string{"dump", "--state", m.State, "--out", t.TempDir()}},
+			}
+			for _, name := range d.commands {
+				c, ok := commands[name]
+				if !ok {
+					t.Fatalf("no command %q", name)
+				}
 				var res result
 				if c.tool == "cmfs" {
 					res = cmfs(t, c.args...)
@@ -109,6 +108,72 @@ func TestDamagedJournal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// damageLeaf flips the flags of the leaf page that holds the newest (or
+// the oldest) events of the journal at path. It finds the page by walking
+// the events bucket's tree from the root bbolt reports, down its last (or
+// first) branch elements: a page found by scanning the file may be an
+// older copy on the freelist, whose damage no reader ever sees.
+func damageLeaf(t *testing.T, path string, newest bool) {
+	t.Helper()
+	const (
+		pageHeader = 16
+		elem       = 16 // a branch element: pos, ksize uint32; pgid uint64
+		branchFlag = 0x01
+		leafFlag   = 0x02
+	)
+	var root uint64
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("events"))
+		if b == nil {
+			return fmt.Errorf("no events bucket")
+		}
+		root = uint64(b.Root())
+		return nil
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if root == 0 {
+		t.Fatalf("%s: the events bucket is inline: no page of its own to damage", path)
+	}
+	b := readFile(t, path)
+	ps := uint64(binary.LittleEndian.Uint32(b[pageHeader+8:]))
+	id, depth := root, 0
+	for ; ; depth++ {
+		if (id+1)*ps > uint64(len(b)) {
+			t.Fatalf("%s: page %d beyond the end of the file", path, id)
+		}
+		p := b[id*ps:]
+		flags, count := binary.LittleEndian.Uint16(p[8:]), int(binary.LittleEndian.Uint16(p[10:]))
+		if flags == leafFlag {
+			break
+		}
+		if flags != branchFlag || count == 0 {
+			t.Fatalf("%s: page %d: flags %#x count %d, want a branch page", path, id, flags, count)
+		}
+		i := 0
+		if newest {
+			i = count - 1
+		}
+		id = binary.LittleEndian.Uint64(p[pageHeader+i*elem+8:])
+	}
+	if depth == 0 {
+		t.Fatalf("%s: the events fit in one leaf page: oldest and newest are not apart", path)
+	}
+	b[id*ps+8] ^= 0xff
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: flipped the flags of leaf page %d (depth %d)", path, id, depth)
 }
 
 // TestDamagedCMRootEntry flips a byte of a preserved original: fsck
