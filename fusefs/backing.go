@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"context"
-	"os"
 	"syscall"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -347,14 +346,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 	if err := t.Mknod(rel, mode, int(rdev)); err != nil {
 		return nil, gofs.ToErrno(err)
 	}
-	if c, ok := fuse.FromContext(ctx); ok && os.Getuid() == 0 {
-		t.Lchown(rel, int(c.Uid), int(c.Gid))
-		if mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 {
-			// The chown cleared the set-id bits the caller made the
-			// node with.
-			t.Chmod(rel, mode&0o7777)
-		}
-	}
+	caller(ctx).Own(t, rel)
 	st, btime, err := n.r.statx(rel)
 	if err != nil {
 		t.Unlink(rel)
@@ -376,6 +368,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	if err != nil {
 		return nil, nil, 0, gofs.ToErrno(err)
 	}
+	caller(ctx).OwnFD(n.r.tree(), rel, fd)
 	var x unix.Statx_t
 	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &x); err != nil {
 		unix.Close(fd)

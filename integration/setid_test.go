@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -85,28 +86,7 @@ func TestSetIDBits(t *testing.T) {
 		t.Skip("needs root: the files belong to root and another user writes them")
 	}
 	cred := testUser(t)
-	// Directories another user can reach: t.TempDir's are 0700.
-	base, err := os.MkdirTemp("", "cmfs-setid-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	native, backing := filepath.Join(base, "native"), filepath.Join(base, "backing")
-	for _, d := range []string{base, native, backing} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m := mountAt(t, backing, "-o", "allow_other")
-	// The mount point's directory and the test's, made 0700.
-	for _, d := range []string{filepath.Dir(m.Mnt), filepath.Dir(filepath.Dir(m.Mnt))} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	base, native, m := sharedMount(t)
 	modes := func(dir string) map[string]string {
 		for _, f := range setIDFiles {
 			p := filepath.Join(dir, f.name)
@@ -154,6 +134,35 @@ func TestSetIDBits(t *testing.T) {
 	}
 }
 
+// sharedMount makes, where another user can reach them (t.TempDir's
+// directories are 0700), a directory base holding a native directory and
+// the backing directory of a mount that allows other users.
+func sharedMount(t *testing.T) (base, native string, m *mounted) {
+	t.Helper()
+	base, err := os.MkdirTemp("", "cmfs-shared-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	native, backing := filepath.Join(base, "native"), filepath.Join(base, "backing")
+	for _, d := range []string{base, native, backing} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m = mountAt(t, backing, "-o", "allow_other")
+	// The mount point's directory and the test's, made 0700.
+	for _, d := range []string{filepath.Dir(m.Mnt), filepath.Dir(filepath.Dir(m.Mnt))} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return base, native, m
+}
+
 // TestSetIDHandlesShareAnInode: a set-ID file's handle for writing, which
 // the kernel does not pass through, shares the inode with handles it does
 // pass through; opening, closing and reopening them in any order works.
@@ -193,4 +202,78 @@ func TestSetIDHandlesShareAnInode(t *testing.T) {
 		f.Close()
 	}
 	open(os.O_RDWR).Close()
+}
+
+// TestSetGIDDirectory: what root and another user make (a file, a
+// directory, a symlink, a fifo) in a set-group-ID directory takes the directory's
+// group, as natively, and a directory made there is set-group-ID itself;
+// outside one it takes the maker's group. cmfs makes every file as root
+// and then gives it its maker's owner: it gave a file the maker's group
+// even in a set-group-ID directory.
+func TestSetGIDDirectory(t *testing.T) {
+	requireFUSE(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: another user makes files, and a directory gets a group root is in")
+	}
+	cred := testUser(t)
+	const group = 100 // not root's group, nor the test user's
+	if cred.Gid == group {
+		t.Skipf("the test user's group is %d", group)
+	}
+	base, native, m := sharedMount(t)
+	makes := func(dir string) map[string]string {
+		for _, d := range []struct {
+			name string
+			mode os.FileMode
+		}{{"sgid", 0o777 | os.ModeSetgid}, {"plain", 0o777}} {
+			p := filepath.Join(dir, d.name)
+			if err := os.Mkdir(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(p, 0, group); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(p, d.mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		script := `cd "$2" || exit 1
+		for d in sgid plain; do
+			echo x > $d/$1-file && mkdir $d/$1-dir && ln -s target $d/$1-link && mkfifo $d/$1-fifo || exit 1
+		done`
+		if res := runTool(t, 30*time.Second, "sh", "-c", script, "sh", "root", dir); res.Code != 0 {
+			t.Fatalf("as root in %s: %v", dir, res)
+		}
+		if res := runAs(t, cred, base, "/bin/sh", "-c", script, "sh", "user", dir); res.Code != 0 {
+			t.Fatalf("as uid %d in %s: %v", cred.Uid, dir, res)
+		}
+		got := map[string]string{}
+		for _, d := range []string{"sgid", "plain"} {
+			for _, who := range []string{"root", "user"} {
+				for _, kind := range []string{"file", "dir", "link", "fifo"} {
+					name := fmt.Sprintf("%s/%s-%s", d, who, kind)
+					var st syscall.Stat_t
+					if err := syscall.Lstat(filepath.Join(dir, name), &st); err != nil {
+						t.Fatal(err)
+					}
+					got[name] = fmt.Sprintf("%d:%d %04o", st.Uid, st.Gid, st.Mode&0o7777)
+				}
+			}
+		}
+		return got
+	}
+	want, got := makes(native), makes(m.Mnt)
+	var diffs []string
+	for name, w := range want {
+		if got[name] != w {
+			diffs = append(diffs, fmt.Sprintf("%s: %s through the mount, %s natively", name, got[name], w))
+		}
+	}
+	sort.Strings(diffs)
+	if len(diffs) > 0 {
+		t.Errorf("owners differ from a native directory:\n  %s", strings.Join(diffs, "\n  "))
+	}
+	if w := want["sgid/user-file"]; !strings.HasPrefix(w, fmt.Sprintf("%d:%d ", cred.Uid, group)) {
+		t.Errorf("natively a file by uid %d in a set-group-ID directory of group %d is %s: the test cannot tell", cred.Uid, group, w)
+	}
 }

@@ -126,7 +126,7 @@ func (c *Core) Create(ctx context.Context, rel string, flags, mode uint32, cl Ca
 		done()
 		return nil, err
 	}
-	cl.own(c.fs, rel)
+	cl.own(c.fs, rel, parent(rel), int(f.Fd()))
 	// A new file is new content, even if it is never written to.
 	h, err := c.newHandle(f, rel, o)
 	if err != nil {

@@ -23,25 +23,86 @@ type Use struct {
 }
 
 // Caller is who asked for an operation that creates a file: as root, cmfs
-// gives new files the caller's owner, as the kernel would.
+// gives new files the owner the kernel would give the caller's.
 type Caller struct {
 	Uid, Gid uint32
 	Known    bool
 }
 
-// own gives the file rel of t the caller's owner. chown clears the
-// set-id bits of a file, even root's; the caller made the file with them,
-// as its owner, and keeps them, as natively.
-func (cl Caller) own(t *at.Tree, rel string) {
+// Own gives the file rel of t, just made by the server, the owner the
+// kernel gives a file its caller makes: the caller's user, and the
+// caller's group unless the file's directory hands down its own
+// (set-group-ID). chown clears the set-id bits of a file, even root's; the
+// caller made the file with them, as its owner, and keeps them, as
+// natively. A chown that would change nothing is not made.
+//
+// Known limit: natively a caller outside a set-group-ID directory's group
+// and without CAP_FSETID loses the S_ISGID it asks for on a new file
+// there; through the mount it keeps it.
+func (cl Caller) Own(t *at.Tree, rel string) { cl.own(t, rel, parent(rel), -1) }
+
+// OwnFD is Own of the open file fd, made in the directory dir of t (a
+// file O_TMPFILE made has no name).
+func (cl Caller) OwnFD(t *at.Tree, dir string, fd int) { cl.own(t, "", dir, fd) }
+
+// own is Own of rel, or of the descriptor fd where it is not -1, made in
+// the directory dir.
+func (cl Caller) own(t *at.Tree, rel, dir string, fd int) {
 	if !cl.Known || os.Getuid() != 0 {
 		return
 	}
 	var st syscall.Stat_t
-	setid := t.Lstat(rel, &st) == nil && st.Mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 &&
-		st.Mode&syscall.S_IFMT != syscall.S_IFLNK
-	if t.Lchown(rel, int(cl.Uid), int(cl.Gid)) == nil && setid {
+	var err error
+	if fd >= 0 {
+		err = syscall.Fstat(fd, &st)
+	} else {
+		err = t.Lstat(rel, &st)
+	}
+	if err != nil {
+		return
+	}
+	gid := cl.Gid
+	if st.Gid != gid && inheritsGroup(t, dir, &st) {
+		gid = st.Gid
+	}
+	if st.Uid == cl.Uid && st.Gid == gid {
+		return
+	}
+	setid := st.Mode&(syscall.S_ISUID|syscall.S_ISGID) != 0 && st.Mode&syscall.S_IFMT != syscall.S_IFLNK
+	if fd >= 0 {
+		err = syscall.Fchown(fd, int(cl.Uid), int(gid))
+	} else {
+		err = t.Lchown(rel, int(cl.Uid), int(gid))
+	}
+	if err != nil || !setid {
+		return
+	}
+	if fd >= 0 {
+		syscall.Fchmod(fd, st.Mode&0o7777)
+	} else {
 		t.Chmod(rel, st.Mode&0o7777)
 	}
+}
+
+// inheritsGroup says whether the file st, just made by the server in the
+// directory dir, took its group from dir, as a set-group-ID directory
+// hands it down: its group is not the server's, which only such a
+// directory gives (or a filesystem mounted grpid), or dir is
+// set-group-ID.
+func inheritsGroup(t *at.Tree, dir string, st *syscall.Stat_t) bool {
+	if st.Gid != uint32(os.Getegid()) {
+		return true
+	}
+	var dst syscall.Stat_t
+	return t.Lstat(dir, &dst) == nil && dst.Mode&syscall.S_ISGID != 0
+}
+
+// parent is the directory of rel, "" for the tree's top.
+func parent(rel string) string {
+	if dir := path.Dir(rel); dir != "." {
+		return dir
+	}
+	return ""
 }
 
 // leaving says how to preserve the file st, in use as u, as its name goes
@@ -89,7 +150,7 @@ func (c *Core) mkdir(rel string, mode uint32, cl Caller) error {
 	if err := c.fs.Mkdir(rel, mode); err != nil {
 		return err
 	}
-	cl.own(c.fs, rel)
+	cl.Own(c.fs, rel)
 	return nil
 }
 
@@ -483,7 +544,7 @@ func (c *Core) symlink(target, rel string, cl Caller) error {
 	if err := c.fs.Symlink(target, rel); err != nil {
 		return err
 	}
-	cl.own(c.fs, rel)
+	cl.Own(c.fs, rel)
 	return nil
 }
 
