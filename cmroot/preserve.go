@@ -41,7 +41,18 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); retur
 // "preserve <path>: …" and wrap the underlying errno (ENOSPC, EIO,
 // ENOENT…), ErrChecksum or ErrClosed.
 func (s *Store) Preserve(path, xxh64 string, size int64, move bool) (name string, created bool, err error) {
-	name, m, err := s.preserve(path, xxh64, size, move)
+	return s.preserveAs(path, xxh64, size, nil, move)
+}
+
+// PreserveStat is Preserve of a file the caller has just lstat'ed (st),
+// with nothing able to change it since: it trusts st for the checks
+// Preserve makes with an lstat of its own, as it trusts the checksum.
+func (s *Store) PreserveStat(path, xxh64 string, st *syscall.Stat_t, move bool) (name string, created bool, err error) {
+	return s.preserveAs(path, xxh64, st.Size, st, move)
+}
+
+func (s *Store) preserveAs(path, xxh64 string, size int64, st *syscall.Stat_t, move bool) (string, bool, error) {
+	name, m, err := s.preserve(path, xxh64, size, st, move)
 	if err != nil {
 		return "", false, fmt.Errorf("preserve %s: %w", path, err)
 	}
@@ -49,28 +60,32 @@ func (s *Store) Preserve(path, xxh64 string, size int64, move bool) (name string
 	return name, m != Deduplicated, nil
 }
 
-func (s *Store) preserve(path, sum string, size int64, move bool) (string, Method, error) {
+func (s *Store) preserve(path, sum string, size int64, st *syscall.Stat_t, move bool) (string, Method, error) {
 	if !checksum.Valid(sum) || size < 0 {
 		return "", 0, fmt.Errorf("bad checksum %q or size %d", sum, size)
 	}
 	if s.isClosed() {
 		return "", 0, ErrClosed
 	}
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return "", 0, err
+	if st == nil {
+		fi, err := os.Lstat(path)
+		if err != nil {
+			return "", 0, err
+		}
+		st = fi.Sys().(*syscall.Stat_t)
 	}
-	if !fi.Mode().IsRegular() {
-		return "", 0, fmt.Errorf("not a regular file (%v)", fi.Mode().Type())
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return "", 0, fmt.Errorf("not a regular file (mode %07o)", st.Mode)
 	}
-	if fi.Size() != size {
-		return "", 0, fmt.Errorf("size is %d, not %d", fi.Size(), size)
+	if st.Size != size {
+		return "", 0, fmt.Errorf("size is %d, not %d", st.Size, size)
 	}
 	name := Name(sum, size)
 	dst := s.Path(name)
 	mu := s.stripe(name)
 	mu.Lock()
 	m := Linked
+	var err error
 	if move {
 		m = Moved
 		err = s.sys.rename(path, dst)
@@ -81,7 +96,7 @@ func (s *Store) preserve(path, sum string, size int64, move bool) (string, Metho
 	case err == nil:
 		defer mu.Unlock()
 		now := s.sys.now().UnixNano()
-		r := record{size: size, ino: fi.Sys().(*syscall.Stat_t).Ino, shared: true, preserved: now, refreshed: now}
+		r := record{size: size, ino: st.Ino, shared: true, preserved: now, refreshed: now}
 		if err := s.put(name, &r); err != nil {
 			if move {
 				err = errors.Join(err, durable.RenameNoReplace(dst, path))
@@ -96,7 +111,7 @@ func (s *Store) preserve(path, sum string, size int64, move bool) (string, Metho
 		return name, Deduplicated, s.refresh(name, path, move)
 	case errors.Is(err, syscall.EXDEV) || (!move && linkUnsupported(err)):
 		mu.Unlock()
-		m, err := s.copyIn(path, fi, name, move)
+		m, err := s.copyIn(path, os.FileMode(st.Mode).Perm(), name, move)
 		return name, m, err
 	default:
 		mu.Unlock()
@@ -145,7 +160,7 @@ func (s *Store) refresh(name, path string, move bool) error {
 // holds, verify, fsync, rename into place, and only then (move) remove
 // path. It says how the entry was made: Cloned, Copied, or Deduplicated
 // when one with the content was there by the time the copy was.
-func (s *Store) copyIn(path string, fi os.FileInfo, name string, move bool) (Method, error) {
+func (s *Store) copyIn(path string, perm os.FileMode, name string, move bool) (Method, error) {
 	sum, size, _ := ParseName(name)
 	src, err := os.Open(path)
 	if err != nil {
@@ -162,7 +177,7 @@ func (s *Store) copyIn(path string, fi os.FileInfo, name string, move bool) (Met
 		}
 	}()
 	exists, cloned := false, false
-	err = durable.Write(s.tmpPath(), fi.Mode().Perm(), s.sync,
+	err = durable.Write(s.tmpPath(), perm, s.sync,
 		func(f *os.File) error {
 			n, got, c, err := s.fillHashed(f, src)
 			cloned = c

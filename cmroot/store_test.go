@@ -533,6 +533,40 @@ func TestPreserveErrors(t *testing.T) {
 	}
 }
 
+// TestPreserveStat: with the caller's lstat, Preserve takes the type and
+// the inode from it; a stat of anything but a regular file is refused and
+// nothing moves.
+func TestPreserveStat(t *testing.T) {
+	s := newTestStore(t)
+	dir := t.TempDir()
+	content := []byte("part-00000")
+	p, sum := writeFile(t, dir, "f", content)
+	var dst, fst syscall.Stat_t
+	if err := syscall.Lstat(dir, &dst); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Lstat(p, &fst); err != nil {
+		t.Fatal(err)
+	}
+	dst.Size = fst.Size
+	if _, _, err := s.PreserveStat(p, sum, &dst, true); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("PreserveStat with a directory's stat: %v", err)
+	}
+	if _, err := os.Lstat(p); err != nil {
+		t.Fatalf("refused preservation moved the file: %v", err)
+	}
+	name, created, err := s.PreserveStat(p, sum, &fst, true)
+	if err != nil || !created {
+		t.Fatalf("PreserveStat = %q, %v, %v", name, created, err)
+	}
+	if got := readEntry(t, s, name); !bytes.Equal(got, content) {
+		t.Errorf("entry has %q, want %q", got, content)
+	}
+	if got := s.Links(fst.Ino); got != 1 {
+		t.Errorf("Links(%d) = %d, want 1", fst.Ino, got)
+	}
+}
+
 func TestPreserveConcurrent(t *testing.T) {
 	s := newTestStore(t)
 	dir := t.TempDir()

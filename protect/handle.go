@@ -53,7 +53,7 @@ func (c *Core) Prepare(rel string, empties bool) Prepared {
 	if err := c.fs.Lstat(rel, &st); err != nil || st.Size == 0 {
 		return Prepared{c: c}
 	}
-	if _, cur, err := c.sumPath(rel); err == nil {
+	if _, cur, err := c.sumStat(rel, &st); err == nil {
 		c.linkNames(rel, cur)
 	}
 	c.Gate.Lock()

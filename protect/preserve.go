@@ -64,7 +64,7 @@ func (c *Core) preserveSummed(rel string, h how, sum string, st *syscall.Stat_t)
 	var name string
 	var created bool
 	err := c.fs.WithPath(rel, func(p string) (err error) {
-		name, created, err = c.cm.Preserve(p, sum, st.Size, h == byMove)
+		name, created, err = c.cm.PreserveStat(p, sum, st, h == byMove)
 		return err
 	})
 	if err != nil {
