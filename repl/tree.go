@@ -113,6 +113,11 @@ func (t LocalTree) Walk(ctx context.Context, fn func(Entry) error) error {
 		defer close(jobs)
 		walkErr <- filepath.WalkDir(t.Root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
+				if p != t.Root && errors.Is(err, fs.ErrNotExist) {
+					// A directory removed after its parent listed it:
+					// as for a file, the events after the pin replay it.
+					return nil
+				}
 				return err
 			}
 			if p == t.Root {
