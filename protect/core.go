@@ -74,7 +74,7 @@ type Core struct {
 	fs      *at.Tree
 	cm      *cmroot.Store
 	log     *journal.Log
-	exclude []glob
+	exclude []string
 	// hidden holds the backing-relative paths of the state directory and
 	// cmroot when they live inside the backing directory.
 	hidden map[string]bool
@@ -167,7 +167,7 @@ func Open(ctx context.Context, opts Options, j *journal.Log, store *cmroot.Store
 	if err != nil {
 		return nil, Recovery{}, err
 	}
-	c := &Core{backing: backing, cm: store, log: j, exclude: compileGlobs(opts.Exclude), hidden: map[string]bool{}}
+	c := &Core{backing: backing, cm: store, log: j, exclude: opts.Exclude, hidden: map[string]bool{}}
 	var bst, cst syscall.Stat_t
 	if err := syscall.Stat(backing, &bst); err != nil {
 		return nil, Recovery{}, fmt.Errorf("backing %s: %w", backing, err)
@@ -276,67 +276,17 @@ func (c *Core) Tree() *at.Tree { return c.fs }
 
 // excluded says whether rel lies in engine scratch space.
 func (c *Core) excluded(rel string) bool {
-	for rest := rel; rest != ""; {
-		var comp string
-		comp, rest, _ = strings.Cut(rest, "/")
-		if strings.HasPrefix(comp, statedir.RestoreStagingPrefix) {
-			return true
-		}
-		for _, g := range c.exclude {
-			if g.match(comp) {
-				return true
-			}
-		}
-	}
-	return false
+	return rel != "" && (restoring(rel) || statedir.Excluded(c.exclude, rel))
 }
 
 // restoring says whether rel lies in a restore's staging directory.
 func restoring(rel string) bool {
-	for rest := rel; rest != ""; {
-		var comp string
-		comp, rest, _ = strings.Cut(rest, "/")
+	for comp := range strings.SplitSeq(rel, "/") {
 		if strings.HasPrefix(comp, statedir.RestoreStagingPrefix) {
 			return true
 		}
 	}
 	return false
-}
-
-// glob is an exclude pattern, matched against one path component as
-// path.Match would. Every operation asks whether its paths are excluded,
-// so the shapes engines use (a name, a name's start followed by '*') are
-// compared directly; anything else goes to path.Match.
-type glob struct {
-	lit     string // the name, or the prefix before the trailing '*'
-	prefix  bool
-	pattern string // for path.Match; "" for the direct shapes
-}
-
-func compileGlobs(patterns []string) []glob {
-	gs := make([]glob, len(patterns))
-	for i, p := range patterns {
-		switch m := strings.IndexAny(p, `*?[\`); {
-		case m < 0:
-			gs[i] = glob{lit: p}
-		case m == len(p)-1 && p[m] == '*':
-			gs[i] = glob{lit: p[:m], prefix: true}
-		default:
-			gs[i] = glob{pattern: p}
-		}
-	}
-	return gs
-}
-
-func (g glob) match(comp string) bool {
-	switch {
-	case g.pattern != "":
-		ok, _ := path.Match(g.pattern, comp)
-		return ok
-	case g.prefix:
-		return strings.HasPrefix(comp, g.lit)
-	}
-	return comp == g.lit
 }
 
 // journalable refuses, with EILSEQ, a change the journal could not record:

@@ -3,7 +3,6 @@ package protect
 import (
 	"bytes"
 	"os"
-	"path"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -30,7 +29,7 @@ func openTree(tb testing.TB, dir string) *at.Tree {
 }
 
 func TestExcluded(t *testing.T) {
-	c := &Core{exclude: compileGlobs(statedir.DefaultExcludes)}
+	c := &Core{exclude: statedir.DefaultExcludes}
 	for _, tc := range []struct {
 		rel  string
 		want bool
@@ -46,32 +45,6 @@ func TestExcluded(t *testing.T) {
 		if got := c.excluded(tc.rel); got != tc.want {
 			t.Errorf("excluded(%q) = %v, want %v", tc.rel, got, tc.want)
 		}
-	}
-}
-
-// TestGlobMatchesPathMatch: the direct comparisons of a name or a prefix
-// agree with path.Match on every pattern and name tried.
-func TestGlobMatchesPathMatch(t *testing.T) {
-	patterns := append([]string{"", "*", "a*", "a*b", "_SUCCESS", "x?", "[ab]c", `a\*`, "**", "a*", "part-*"}, statedir.DefaultExcludes...)
-	names := []string{"", "a", "ab", "a*", "abc", "b", "_SUCCESS", "_SUCCESSX", "x", "xy", "ac", "bc", "part-0", "part", ".hive-staging_1", ".hive-stagin", "_started_1", "_temporary"}
-	gs := compileGlobs(patterns)
-	direct := 0
-	for i, p := range patterns {
-		if gs[i].pattern == "" {
-			direct++
-		}
-		for _, n := range names {
-			want, err := path.Match(p, n)
-			if err != nil {
-				t.Fatalf("path.Match(%q): %v", p, err)
-			}
-			if got := gs[i].match(n); got != want {
-				t.Errorf("glob %q on %q = %v, path.Match says %v", p, n, got, want)
-			}
-		}
-	}
-	if direct < len(statedir.DefaultExcludes) {
-		t.Errorf("%d patterns compared directly, want at least the %d default ones", direct, len(statedir.DefaultExcludes))
 	}
 }
 

@@ -25,7 +25,7 @@ func linkTree(t *testing.T, files []string, links [][2]string) *Core {
 			t.Fatal(err)
 		}
 	}
-	c := &Core{backing: dir, fs: openTree(t, dir), exclude: compileGlobs([]string{"_temporary"}), hidden: map[string]bool{".cmfs": true}}
+	c := &Core{backing: dir, fs: openTree(t, dir), exclude: []string{"_temporary"}, hidden: map[string]bool{".cmfs": true}}
 	c.links = newLinkIndex(c.fs, func(rel string) bool { return c.isHidden(rel) || c.excluded(rel) }, c.treeLinks)
 	for _, l := range links {
 		c.link(t, l[1], l[0])

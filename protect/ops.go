@@ -45,10 +45,16 @@ func (cl Caller) Own(t *at.Tree, rel string) { cl.own(t, rel, parent(rel), -1) }
 // file O_TMPFILE made has no name).
 func (cl Caller) OwnFD(t *at.Tree, dir string, fd int) { cl.own(t, "", dir, fd) }
 
+// The server's own ids, which never change: every create asks.
+var (
+	serverUID = os.Getuid()
+	serverGID = uint32(os.Getegid())
+)
+
 // own is Own of rel, or of the descriptor fd where it is not -1, made in
 // the directory dir.
 func (cl Caller) own(t *at.Tree, rel, dir string, fd int) {
-	if !cl.Known || os.Getuid() != 0 {
+	if !cl.Known || serverUID != 0 {
 		return
 	}
 	var st syscall.Stat_t
@@ -90,7 +96,7 @@ func (cl Caller) own(t *at.Tree, rel, dir string, fd int) {
 // directory gives (or a filesystem mounted grpid), or dir is
 // set-group-ID.
 func inheritsGroup(t *at.Tree, dir string, st *syscall.Stat_t) bool {
-	if st.Gid != uint32(os.Getegid()) {
+	if st.Gid != serverGID {
 		return true
 	}
 	var dst syscall.Stat_t

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -67,14 +66,7 @@ func (t LocalTree) excluded(rel string) bool {
 	if !strings.Contains(rel, "/") && skipAtRoot[rel] {
 		return true
 	}
-	for _, c := range strings.Split(rel, "/") {
-		for _, g := range t.Exclude {
-			if ok, _ := path.Match(g, c); ok {
-				return true
-			}
-		}
-	}
-	return false
+	return statedir.Excluded(t.Exclude, rel)
 }
 
 type hashed struct {

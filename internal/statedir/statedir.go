@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -45,6 +46,45 @@ const (
 // table is the event that matters. Each glob is matched against every
 // path component.
 var DefaultExcludes = []string{"_temporary", ".hive-staging*", ".spark-staging*", "_SUCCESS", "_started_*", "_committed_*"}
+
+// Excluded says whether a component of the slash-separated path rel
+// matches one of the globs (path.Match syntax). Every cmfs operation asks,
+// so the shapes engines use — a name, a name's start followed by one '*'
+// — are compared directly; any other glob goes to path.Match.
+func Excluded(globs []string, rel string) bool {
+	for comp := range strings.SplitSeq(rel, "/") {
+		for _, g := range globs {
+			if matchGlob(g, comp) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// matchGlob is path.Match(glob, name), false for a malformed glob.
+func matchGlob(glob, name string) bool {
+	if lit, prefix, ok := directGlob(glob); ok {
+		if prefix {
+			return strings.HasPrefix(name, lit)
+		}
+		return name == lit
+	}
+	ok, _ := path.Match(glob, name)
+	return ok
+}
+
+// directGlob says whether glob is a plain name or a name's start followed
+// by one '*' (prefix), and returns that name or start.
+func directGlob(glob string) (lit string, prefix, ok bool) {
+	switch m := strings.IndexAny(glob, `*?[\`); {
+	case m < 0:
+		return glob, false, true
+	case m == len(glob)-1 && glob[m] == '*':
+		return glob[:m], true, true
+	}
+	return "", false, false
+}
 
 // Record is the mount record every mount writes into its state directory
 // (RecordFile).

@@ -2,6 +2,7 @@ package statedir
 
 import (
 	"os"
+	"path"
 	"path/filepath"
 	"testing"
 	"time"
@@ -100,5 +101,30 @@ func TestBootID(t *testing.T) {
 	t.Setenv(TestBootIDEnv, "simulated-reboot")
 	if id := BootID(); id != "simulated-reboot" {
 		t.Errorf("BootID() with %s set = %q", TestBootIDEnv, id)
+	}
+}
+
+// TestGlobMatchesPathMatch: the direct comparisons of a name or a prefix
+// agree with path.Match on every pattern and name tried.
+func TestGlobMatchesPathMatch(t *testing.T) {
+	patterns := append([]string{"", "*", "a*", "a*b", "_SUCCESS", "x?", "[ab]c", `a\*`, "**", "a*", "part-*"}, DefaultExcludes...)
+	names := []string{"", "a", "ab", "a*", "abc", "b", "_SUCCESS", "_SUCCESSX", "x", "xy", "ac", "bc", "part-0", "part", ".hive-staging_1", ".hive-stagin", "_started_1", "_temporary"}
+	direct := 0
+	for _, p := range patterns {
+		if _, _, ok := directGlob(p); ok {
+			direct++
+		}
+		for _, n := range names {
+			want, err := path.Match(p, n)
+			if err != nil {
+				t.Fatalf("path.Match(%q): %v", p, err)
+			}
+			if got := matchGlob(p, n); got != want {
+				t.Errorf("glob %q on %q = %v, path.Match says %v", p, n, got, want)
+			}
+		}
+	}
+	if direct < len(DefaultExcludes) {
+		t.Errorf("%d patterns compared directly, want at least the %d default ones", direct, len(DefaultExcludes))
 	}
 }
