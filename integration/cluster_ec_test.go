@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -110,6 +111,77 @@ func (c *testCluster) waitEC(t *testing.T, id string, not ...string) map[int]str
 		slices.Sort(logs)
 		t.Fatalf("container %s not HEALTHY with %d indexes on their own nodes (avoiding %v, ≤%d a rack) within 90s: %+v\ncommands in the nodes' logs:\n%s",
 			id, ecIndexes, not, limit, last, strings.Join(logs, "\n"))
+	}
+	return holders
+}
+
+// settledEC waits until the nodes themselves, not only the coordinator,
+// say container id is placed as a full cluster wants it: every node in
+// service, nine CLOSED indexes on nine nodes, at most ecRackCap on a
+// rack, and no copy of any kind (listed or on disk) anywhere else, the
+// same for three heartbeat rounds in a row. It returns the node of each
+// index. Use it before a step that needs the placement not to move.
+func (c *testCluster) settledEC(t *testing.T, id string) map[int]string {
+	t.Helper()
+	var holders map[int]string
+	var why string
+	read := func() bool {
+		if limit := c.rackCap(t); limit != ecRackCap {
+			why = fmt.Sprintf("rack cap %d with the nodes in service now", limit)
+			return false
+		}
+		holders = map[int]string{}
+		perRack := map[string]int{}
+		for i := 1; i <= len(c.nodes); i++ {
+			name := fmt.Sprintf("dn%d", i)
+			n := c.nodes[name]
+			ci, listed := n.find(t, id)
+			_, err := os.Stat(filepath.Join(n.Volume(), id))
+			switch {
+			case !listed && err == nil:
+				why = name + " has an unlisted copy on disk"
+				return false
+			case !listed:
+				continue
+			case ci.State != "CLOSED" || ci.Replication != ecScheme || ci.ReplicaIndex < 1 || ci.ReplicaIndex > ecIndexes:
+				why = fmt.Sprintf("%s holds %+v", name, ci)
+				return false
+			case holders[ci.ReplicaIndex] != "":
+				why = fmt.Sprintf("index %d on %s and %s", ci.ReplicaIndex, holders[ci.ReplicaIndex], name)
+				return false
+			}
+			holders[ci.ReplicaIndex] = name
+			if perRack[ecRackOf(name)]++; perRack[ecRackOf(name)] > ecRackCap {
+				why = "rack " + ecRackOf(name) + " over the cap"
+				return false
+			}
+		}
+		if len(holders) != ecIndexes {
+			why = fmt.Sprintf("%d indexes held: %v", len(holders), holders)
+			return false
+		}
+		return true
+	}
+	var prev map[int]string
+	same := 0
+	ok := wait.Until(90*time.Second, func() bool {
+		if !read() {
+			same = 0
+			return false
+		}
+		if maps.Equal(prev, holders) {
+			same++
+		} else {
+			prev, same = holders, 1
+		}
+		if same < 3 {
+			time.Sleep(100 * time.Millisecond) // one heartbeat
+			return false
+		}
+		return true
+	})
+	if !ok {
+		t.Fatalf("container %s not settled on the nodes within 90s: %s", id, why)
 	}
 	return holders
 }
@@ -324,6 +396,19 @@ func testEC(t *testing.T, c *testCluster) {
 	})
 
 	t.Run("misreplicated", func(t *testing.T) {
+		// The move below must start from a placement that nothing else
+		// is changing: every node in service, each index on the node the
+		// nodes themselves report, no stray copy left by the restarts
+		// above (the manager deletes those, so wait with it running), and
+		// then the manager held off (a coordinator restarted with a long
+		// cycle) while a command it sent before may still be finishing.
+		holders = c.settledEC(t, id)
+		coord := c.coord
+		coord.kill9(t)
+		normal := slices.Clone(coord.extra)
+		coord.extra = append(coord.extra, "--rm-interval", "1h")
+		coord.restart(outer)
+		holders = c.settledEC(t, id)
 		// A rack at the cap with a free node, and an index on r3 or r4.
 		perRack := map[string][]int{}
 		busy := map[string]bool{}
@@ -348,13 +433,7 @@ func testEC(t *testing.T, c *testCluster) {
 		if free == "" || src == "" {
 			t.Fatalf("no rack at the cap with a free node, or no index on r3/r4: %v", holders)
 		}
-		// With the replication manager held off (a coordinator restarted
-		// with a long cycle), move index `moved` from src to free by hand.
-		coord := c.coord
-		coord.kill9(t)
-		normal := slices.Clone(coord.extra)
-		coord.extra = append(coord.extra, "--rm-interval", "1h")
-		coord.restart(outer)
+		// Move index `moved` from src to free by hand.
 		if n := c.nodes[src]; n.p.exited() {
 			t.Fatalf("%s has exited: %s", src, n.p.stderrNow())
 		}
