@@ -180,6 +180,27 @@ func Workloads(cfg Config) []Workload {
 	}
 }
 
+// DataFootprint is about the most the large-file rows leave on the run's
+// filesystem at once, columns of them cmfs's; none of it is removed
+// before the whole run ends. Every column has a large file per run (the
+// data rows run DataReps times, the fio rows Reps times), and a cmfs
+// column keeps originals of them: the inode each O_TRUNC overwrite
+// replaced, and the copy each open for writing took (the in-place
+// write's, and each fio run's).
+func DataFootprint(cfg Config, columns, cmfsColumns int) int64 {
+	files := int64(max(cfg.DataReps, cfg.Reps))
+	originals := 2*int64(cfg.DataReps) + 2*int64(cfg.Reps)
+	return (int64(columns)*files + int64(cmfsColumns)*originals) * cfg.FileSize
+}
+
+// SmallFootprint is about what a column's small-file rows write on its
+// fresh ext4: every rep's files, as much again for the originals cmfs
+// keeps of the overwritten ones, and as much for the filesystem's own
+// blocks. The image (SmallImageSize) is sparse: this is what it fills.
+func SmallFootprint(cfg Config) int64 {
+	return 3 * int64(cfg.Reps) * 3 * int64(cfg.Files) * int64(cfg.SmallSize)
+}
+
 // SmallImageSize is room on a column's filesystem of the small-file rows
 // (SmallScratch) for every rep's files, the originals cmfs keeps of the
 // overwritten and unlinked ones, and its state directory, with ext4's

@@ -56,6 +56,7 @@ type options struct {
 	keep          bool
 	smallOnDir    bool           // the small-file rows on the -dir filesystem, not on fresh ext4s
 	only          *regexp.Regexp // run only the workloads it matches; nil: all
+	dataRepsSet   bool           // -data-reps given: fitRoom does not lower it
 }
 
 func main() { bench.Main("cmfsbench", parseFlags, run) }
@@ -118,7 +119,7 @@ func parseFlags(args []string) (options, error) {
 	if cfg.Files < 1 || cfg.Workers < 1 || cfg.Writers < 1 || cfg.Reps < 1 || cfg.DataReps < 1 || cfg.FileSize < 8192 {
 		return options{}, errors.New("sizes and counts must be positive (and -size at least 8K)")
 	}
-	opts := options{cfg: cfg, dir: *dir, cmfs: *cmfs, base: *base, journalEvents: *journalEvents, keep: *keep}
+	opts := options{cfg: cfg, dir: *dir, cmfs: *cmfs, base: *base, journalEvents: *journalEvents, keep: *keep, dataRepsSet: set["data-reps"]}
 	switch *smallFS {
 	case "ext4":
 	case "dir":
@@ -185,9 +186,21 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 		return err
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(runDir, &st); err != nil {
+		return err
+	}
+	roomNote, err := opts.fitRoom(int64(st.Bavail) * st.Bsize)
+	if err != nil {
+		return fmt.Errorf("%s: %w", runDir, err)
+	}
 
 	cfg := opts.cfg
 	var notes []string
+	if roomNote != "" {
+		notes = append(notes, roomNote)
+		logf("%s", roomNote)
+	}
 	nofile, err := raiseFileLimit()
 	if err != nil {
 		notes = append(notes, fmt.Sprintf("RLIMIT_NOFILE not raised (%v): servers that keep an fd per inode (passthrough_ll) may fail with EMFILE", err))
@@ -330,6 +343,65 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 }
 
 // picks says whether the workload named name runs.
+// minDataReps is the fewest large-file runs fitRoom lowers -data-reps'
+// default to.
+const minDataReps = 3
+
+// fitRoom makes the picked rows fit in free bytes, the space free on the
+// run directory's filesystem: a disk that fills fails every row after
+// the one that filled it, and whatever else uses that disk with them.
+// Unless -data-reps was given, it lowers the large-file runs as far as
+// minDataReps and says so in the returned note; a run that still does not
+// fit is refused. What the rows write: DataFootprint, SmallFootprint per
+// column, the XFS image.
+func (o *options) fitRoom(free int64) (note string, err error) {
+	columns, cmfsColumns := len(o.impls), 0
+	for _, name := range o.impls {
+		if strings.HasPrefix(name, bench.CmfsName) {
+			cmfsColumns++
+		}
+	}
+	if o.base != "" { // the cmfs@REV column, added once it resolves
+		columns++
+		cmfsColumns++
+	}
+	need := func(cfg bench.Config) (total, data int64) {
+		if len(o.pick(bench.Workloads(cfg))) > 0 {
+			data = bench.DataFootprint(cfg, columns, cmfsColumns)
+		}
+		total = data
+		if len(o.pick(bench.SmallWorkloads(cfg))) > 0 {
+			total += int64(columns) * bench.SmallFootprint(cfg)
+		}
+		if len(o.pick(bench.XFSWorkloads(cfg))) > 0 {
+			total += bench.XFSImageSize(cfg, columns)
+		}
+		return total, data
+	}
+	total, data := need(o.cfg)
+	if total <= free {
+		return "", nil
+	}
+	if data > 0 && !o.dataRepsSet {
+		cfg := o.cfg
+		for cfg.DataReps > minDataReps {
+			cfg.DataReps--
+			if t, _ := need(cfg); t <= free {
+				note = fmt.Sprintf("large-file rows run %d times, not %d: %d runs need about %s and %s is free", cfg.DataReps, o.cfg.DataReps, o.cfg.DataReps, gib(total), gib(free))
+				o.cfg = cfg
+				return note, nil
+			}
+		}
+	}
+	hint := "make room, or run elsewhere with -dir"
+	if data > 0 {
+		hint += ", a smaller -size, fewer -data-reps"
+	}
+	return "", fmt.Errorf("the picked rows need about %s and %s is free: %s", gib(total), gib(free), hint)
+}
+
+func gib(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
+
 func (o options) picks(name string) bool { return o.only == nil || o.only.MatchString(name) }
 
 // pick returns the workloads that run, in their order.

@@ -70,3 +70,42 @@ func TestParseSmallFS(t *testing.T) {
 		}
 	}
 }
+
+// TestFitRoom: a run that would fill the disk is refused before it starts,
+// unless fewer large-file runs (down to minDataReps, when -data-reps was
+// not given) make it fit; then the report says so.
+func TestFitRoom(t *testing.T) {
+	const gib = 1 << 30
+	opts := func(args ...string) options {
+		t.Helper()
+		o, err := parseFlags(append([]string{"-impls", "native,cmfs"}, args...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	// 1 GiB files, 7 data runs and 3 others: native 7 files, cmfs 7 files
+	// and 2*7 + 2*3 originals (34 GiB); the small rows 2 × 1.03 GiB; the
+	// XFS image 5 GiB.
+	o := opts()
+	if note, err := o.fitRoom(1000 * gib); note != "" || err != nil || o.cfg.DataReps != 7 {
+		t.Errorf("plenty of room: note %q, err %v, %d data runs; want none, nil, 7", note, err, o.cfg.DataReps)
+	}
+	o = opts()
+	note, err := o.fitRoom(36 * gib)
+	if err != nil || o.cfg.DataReps != 5 || !strings.Contains(note, "5 times, not 7") {
+		t.Errorf("room for 5 runs: note %q, err %v, %d data runs; want a note, nil, 5", note, err, o.cfg.DataReps)
+	}
+	o = opts()
+	if _, err := o.fitRoom(10 * gib); err == nil || !strings.Contains(err.Error(), "need about") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("no room even for %d runs: err %v, want one line saying what is needed", minDataReps, err)
+	}
+	o = opts("-data-reps", "7")
+	if _, err := o.fitRoom(36 * gib); err == nil || o.cfg.DataReps != 7 {
+		t.Errorf("-data-reps 7 given, room for 5: err %v, %d runs; want a refusal, 7 untouched", err, o.cfg.DataReps)
+	}
+	o = opts("-only", "unlink")
+	if note, err := o.fitRoom(10 * gib); note != "" || err != nil {
+		t.Errorf("small rows only, 10 GiB free: note %q, err %v; want neither", note, err)
+	}
+}
