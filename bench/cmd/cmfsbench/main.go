@@ -342,7 +342,6 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	return nil
 }
 
-// picks says whether the workload named name runs.
 // minDataReps is the fewest large-file runs fitRoom lowers -data-reps'
 // default to.
 const minDataReps = 3
@@ -402,6 +401,7 @@ func (o *options) fitRoom(free int64) (note string, err error) {
 
 func gib(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
 
+// picks says whether the workload named name runs.
 func (o options) picks(name string) bool { return o.only == nil || o.only.MatchString(name) }
 
 // pick returns the workloads that run, in their order.
