@@ -11,8 +11,13 @@ import (
 
 // Column names of the baselines that targets refer to.
 const (
-	NativeName      = "native"
-	LoopbackName    = "loopback"
+	NativeName   = "native"
+	LoopbackName = "loopback"
+	// KillprivName is go-fuse loopback that also asks for
+	// FUSE_HANDLE_KILLPRIV_V2, as cmfs does, so that a write through
+	// passthrough asks the server nothing: what the kernel's passthrough
+	// path costs a write, with nothing of cmfs in it. Not a default column.
+	KillprivName    = "loopback_killpriv"
 	PassthroughName = "passthrough_ll"
 	CmfsName        = "cmfs"
 	// IntervalName is cmfs mounted with --sync=interval: every event is

@@ -74,7 +74,7 @@ func parseFlags(args []string) (options, error) {
 	timeout := fl.Duration("timeout", def.Timeout, "bound on one run; a FUSE mount that exceeds it is aborted")
 	dir := fl.String("dir", "", "where to create backing directories and mountpoints (default .bench/run at the module root)")
 	cmfs := fl.String("cmfs", "", "cmfs binary to run (default: build ./cmd/cmfs into .bench/)")
-	impls := fl.String("impls", "native,loopback,passthrough_ll,cmfs,cmfs interval", "implementations to run, comma-separated (quote the space of \"cmfs interval\")")
+	impls := fl.String("impls", "native,loopback,passthrough_ll,cmfs,cmfs interval", "implementations to run, comma-separated (quote the space of \"cmfs interval\"); also "+bench.KillprivName)
 	base := fl.String("base", "", "also run cmfs built at this git revision, as column cmfs@REV (n/a if it does not build offline)")
 	journalEvents := fl.Int("journal-events", 64000, "events of the journal benchmark (0 skips it)")
 	keep := fl.Bool("keep", false, "keep the backing directories after the run")
@@ -132,7 +132,7 @@ func parseFlags(args []string) (options, error) {
 			return options{}, fmt.Errorf("-only: %w", err)
 		}
 	}
-	known := map[string]bool{bench.NativeName: true, bench.LoopbackName: true, bench.PassthroughName: true, bench.CmfsName: true, bench.IntervalName: true}
+	known := map[string]bool{bench.NativeName: true, bench.LoopbackName: true, bench.KillprivName: true, bench.PassthroughName: true, bench.CmfsName: true, bench.IntervalName: true}
 	for _, name := range strings.Split(*impls, ",") {
 		name = strings.TrimSpace(name)
 		if !known[name] {
@@ -466,19 +466,24 @@ func prepare(ctx context.Context, root, work, runDir string, opts options, base 
 		case bench.NativeName:
 			impls = append(impls, bench.Native{})
 			desc[name] = "the backing directory itself, no FUSE"
-		case bench.LoopbackName:
+		case bench.LoopbackName, bench.KillprivName:
 			bin := filepath.Join(work, "loopbackfs")
 			if err := bench.GoBuild(ctx, root, bin, "./bench/cmd/loopbackfs"); err != nil {
 				notes = append(notes, fmt.Sprintf("%s: not measured: %v", name, err))
 				desc[name] = "n/a (build failed)"
 				continue
 			}
+			argv := []string{bin}
+			desc[name] = "go-fuse fs.NewLoopbackRoot + fs.Mount, default options (1 s entry/attr timeouts, FUSE passthrough as root), separate process"
+			if name == bench.KillprivName {
+				argv = append(argv, "-killpriv")
+				desc[name] = "as loopback, and asking for FUSE_HANDLE_KILLPRIV_V2 as cmfs does (a write through passthrough then asks the server nothing)"
+			}
 			impls = append(impls, &bench.Server{
 				Label:   name,
-				Command: func(backing, mnt string) []string { return []string{bin, backing, mnt} },
+				Command: func(backing, mnt string) []string { return append(slices.Clone(argv), backing, mnt) },
 				Log:     filepath.Join(runDir, name+".log"),
 			})
-			desc[name] = "go-fuse fs.NewLoopbackRoot + fs.Mount, default options (1 s entry/attr timeouts, FUSE passthrough as root), separate process"
 		case bench.PassthroughName:
 			bin, err := buildPassthrough(ctx, work)
 			if err != nil {
