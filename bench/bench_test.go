@@ -338,6 +338,77 @@ func TestOpTable(t *testing.T) {
 	}
 }
 
+// TestOpTableCeiling: a one-thread row gets the ops/s that loopback's
+// operation followed by one flush, or by one commit, allows, and cmfs's
+// share of each; rows of more threads, and rows without loopback, get
+// none.
+func TestOpTableCeiling(t *testing.T) {
+	one := &Row{Name: "create, 1 thread", Unit: OpsPerSec, Threads: 1}
+	one.Add(LoopbackName, 4000) // 250 µs an operation
+	one.Add(CmfsName, 500)
+	many := &Row{Name: "create, 8 threads", Unit: OpsPerSec, Threads: 8}
+	many.Add(LoopbackName, 8000)
+	many.Add(CmfsName, 900)
+	noBase := &Row{Name: "unlink, 1 thread", Unit: OpsPerSec, Threads: 1}
+	noBase.Add(CmfsName, 700)
+	noBase.Fail(LoopbackName, os.ErrNotExist)
+	for _, r := range []*Row{one, many, noBase} {
+		var l Latencies
+		l.Record(time.Millisecond)
+		r.AddLatencies(CmfsName, &l)
+	}
+	tab := &OpTable{Impls: []string{CmfsName}, Rows: []*Row{one, many, noBase},
+		Costs: &FlushCosts{Flush: 750 * time.Microsecond, Commit: 1750 * time.Microsecond}, Ceiling: CmfsName, CeilingBase: LoopbackName}
+	var b strings.Builder
+	if err := tab.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSpace(b.String()), "\n")
+	want := []string{
+		"| workload | cmfs p50/p99 µs | ceiling ops/s (loopback + 1 flush/op) | cmfs ÷ it | ceiling ops/s (loopback + 1 commit/op) | cmfs ÷ it |",
+		"|---|---:|---:|---:|---:|---:|",
+		"| create, 1 thread | 1000 / 1000 | 1000 | 0.50 | 500 | 1.00 |", // 1 ÷ (250 µs + 750 µs), 1 ÷ (250 µs + 1750 µs)
+		"| create, 8 threads | 1000 / 1000 | — | — | — | — |",
+		"| unlink, 1 thread | 1000 / 1000 | — | — | — | — |",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(got), len(want), b.String())
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+	if l := tab.Legend(); !strings.Contains(l, "750 µs") || !strings.Contains(l, "1750 µs") {
+		t.Errorf("legend does not give the flush and commit measured: %q", l)
+	}
+	// Without costs measured, no ceiling columns.
+	tab.Costs = nil
+	b.Reset()
+	if err := tab.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "ceiling") {
+		t.Errorf("ceiling shown without costs measured:\n%s", b.String())
+	}
+}
+
+// TestFlushCost measures in a temporary directory: durations above zero,
+// nothing left behind, and a refusal of no rounds.
+func TestFlushCost(t *testing.T) {
+	dir := t.TempDir()
+	c, err := FlushCost(dir, 5)
+	if err != nil || c.Flush <= 0 || c.Commit <= 0 {
+		t.Fatalf("FlushCost = %+v, %v; want positive durations", c, err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("FlushCost left %d entries", len(ents))
+	}
+	if _, err := FlushCost(dir, 0); err == nil {
+		t.Error("FlushCost of 0 rounds: no error")
+	}
+}
+
 // TestProcessCPU reads this process's CPU time, which grows while it
 // works.
 func TestProcessCPU(t *testing.T) {

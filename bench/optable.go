@@ -16,6 +16,28 @@ type OpTable struct {
 	Flushes []string // columns with a commit path to count
 	CPU     []string // columns with a server process to read
 	Rows    []*Row   // only rows with latencies are shown
+
+	// Costs, when measured (FlushCost where the rows ran), adds the
+	// ceilings that one device flush, and one commit of the filesystem's
+	// journal, per operation put on the one-thread rows of column
+	// Ceiling: an operation that costs what it costs in column
+	// CeilingBase, and then waits for the flush or the commit.
+	Costs       *FlushCosts
+	Ceiling     string // the column held to them (cmfs)
+	CeilingBase string // the column the wait is added to (loopback)
+}
+
+// ceiling returns the ops/s that an operation of row r followed by a wait
+// of d allows, one at a time, and whether there is one.
+func (t *OpTable) ceiling(r *Row, d time.Duration) (float64, bool) {
+	if r.Threads != 1 || r.Unit != OpsPerSec {
+		return 0, false
+	}
+	base, ok := r.Values[t.CeilingBase]
+	if _, failed := r.Errs[t.CeilingBase]; failed || !ok || base <= 0 {
+		return 0, false
+	}
+	return 1 / (1/base + d.Seconds()), true
 }
 
 func (t *OpTable) rows() []*Row {
@@ -38,6 +60,10 @@ func (t *OpTable) header() []string {
 	}
 	for _, impl := range t.CPU {
 		h = append(h, impl+" CPU µs/op")
+	}
+	if t.Costs != nil {
+		h = append(h, "ceiling ops/s ("+t.CeilingBase+" + 1 flush/op)", t.Ceiling+" ÷ it",
+			"ceiling ops/s ("+t.CeilingBase+" + 1 commit/op)", t.Ceiling+" ÷ it")
 	}
 	return h
 }
@@ -64,6 +90,21 @@ func (t *OpTable) cells(r *Row) []string {
 			c = append(c, micros(v))
 		} else {
 			c = append(c, "—")
+		}
+	}
+	if t.Costs != nil {
+		v, has := r.Values[t.Ceiling]
+		_, failed := r.Errs[t.Ceiling]
+		for _, d := range []time.Duration{t.Costs.Flush, t.Costs.Commit} {
+			ceil, ok := t.ceiling(r, d)
+			switch {
+			case !ok:
+				c = append(c, "—", "—")
+			case !has || failed:
+				c = append(c, fmt.Sprintf("%.0f", ceil), "n/a")
+			default:
+				c = append(c, fmt.Sprintf("%.0f", ceil), fmt.Sprintf("%.2f", v/ceil))
+			}
 		}
 	}
 	return c
@@ -102,6 +143,14 @@ func (t *OpTable) Legend() string {
 		s += " CPU µs/op: the CPU time, user and system, of all the server process's threads (/proc/PID/stat) " +
 			"read before and after each run, ÷ its operations: what the server itself spent, which the host's other " +
 			"load changes far less than it changes the times; the kernel's work in the workload's own calls is not in it."
+	}
+	if t.Costs != nil {
+		s += fmt.Sprintf(" ceilings: what a one-thread row allows when each operation takes as long as in %s "+
+			"(1 ÷ its ops/s) and then waits for one device flush (%s µs here: 4 KiB pwrite and fdatasync over an "+
+			"allocated block) or for one commit of the filesystem's journal (%s µs: a new 4 KiB file's create, "+
+			"write, fdatasync and the fsync of its directory), both measured without FUSE on a filesystem made "+
+			"like the rows' (FlushCost, medians): 1 ÷ (1/ops/s + wait); %s ÷ it is how near %s's --sync=always comes.",
+			t.CeilingBase, micros(t.Costs.Flush), micros(t.Costs.Commit), t.Ceiling, t.Ceiling)
 	}
 	return s
 }

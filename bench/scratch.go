@@ -33,7 +33,7 @@ func OnScratch(ctx context.Context, cfg Config, dir string, sc Scratch, impls []
 	defer func() {
 		if len(rows) == 0 {
 			for _, w := range workloads {
-				rows = append(rows, &Row{Name: w.Name, Unit: w.Unit, Targets: w.Targets, Best: cfg.Best})
+				rows = append(rows, &Row{Name: w.Name, Unit: w.Unit, Targets: w.Targets, Best: cfg.Best, Threads: w.Threads})
 			}
 		}
 		for _, r := range rows {

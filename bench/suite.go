@@ -99,6 +99,9 @@ type Workload struct {
 	// a mount that reports one (Mount.Commit) is read, for the per-op
 	// table.
 	PerOp bool
+	// Threads is how many threads a small-file workload runs its
+	// operations on (0: not one of those).
+	Threads int
 	// Run does one timed repetition in dir. Runs of different reps use
 	// different files; a workload may use the files an earlier workload of
 	// the same rep left (a read reads what the write wrote).
@@ -259,15 +262,15 @@ func SmallWorkloads(cfg Config) []Workload {
 	}
 	return []Workload{
 		{
-			Name: fmt.Sprintf("create+write+close %s × %s, %s", files, small, threads(1)), Unit: OpsPerSec, Targets: commit(0.65, 0.95), Cold: true, PerOp: true,
+			Name: fmt.Sprintf("create+write+close %s × %s, %s", files, small, threads(1)), Unit: OpsPerSec, Targets: commit(0.65, 0.95), Cold: true, PerOp: true, Threads: 1,
 			Run: func(dir string, rep int) (Measurement, error) { return one(dir, rep).Create() },
 		},
 		{
-			Name: fmt.Sprintf("create+write+close %s × %s, %s", files, small, threads(cfg.Workers)), Unit: OpsPerSec, Targets: commit(0.9, 0.95), Cold: true, PerOp: true,
+			Name: fmt.Sprintf("create+write+close %s × %s, %s", files, small, threads(cfg.Workers)), Unit: OpsPerSec, Targets: commit(0.9, 0.95), Cold: true, PerOp: true, Threads: cfg.Workers,
 			Run: func(dir string, rep int) (Measurement, error) { return par(dir, rep).Create() },
 		},
 		{
-			Name: fmt.Sprintf("create+write+close %s × %s, %s", files, small, threads(cfg.Writers)), Unit: OpsPerSec, Targets: commit(0.9, 0.95), Cold: true, PerOp: true,
+			Name: fmt.Sprintf("create+write+close %s × %s, %s", files, small, threads(cfg.Writers)), Unit: OpsPerSec, Targets: commit(0.9, 0.95), Cold: true, PerOp: true, Threads: cfg.Writers,
 			Run: func(dir string, rep int) (Measurement, error) { return many(dir, rep).Create() },
 		},
 		{
@@ -293,19 +296,19 @@ func SmallWorkloads(cfg Config) []Workload {
 		// target for one thread only; the 8-thread row reports what cmfs's
 		// preserve-and-journal costs, against the baselines in the ratios.
 		{
-			Name: fmt.Sprintf("overwrite with > %s × %s, %s", files, small, threads(1)), Unit: OpsPerSec, Targets: commit(0.6, 0.9), Cold: true, PerOp: true,
+			Name: fmt.Sprintf("overwrite with > %s × %s, %s", files, small, threads(1)), Unit: OpsPerSec, Targets: commit(0.6, 0.9), Cold: true, PerOp: true, Threads: 1,
 			Run: func(dir string, rep int) (Measurement, error) { return one(dir, rep).Overwrite() },
 		},
 		{
-			Name: fmt.Sprintf("overwrite with > %s × %s, %s", files, small, threads(cfg.Workers)), Unit: OpsPerSec, Cold: true, PerOp: true,
+			Name: fmt.Sprintf("overwrite with > %s × %s, %s", files, small, threads(cfg.Workers)), Unit: OpsPerSec, Cold: true, PerOp: true, Threads: cfg.Workers,
 			Run: func(dir string, rep int) (Measurement, error) { return par(dir, rep).Overwrite() },
 		},
 		{
-			Name: fmt.Sprintf("unlink %s, %s", files, threads(1)), Unit: OpsPerSec, Targets: commit(0.6, 0.95), Cold: true, PerOp: true,
+			Name: fmt.Sprintf("unlink %s, %s", files, threads(1)), Unit: OpsPerSec, Targets: commit(0.6, 0.95), Cold: true, PerOp: true, Threads: 1,
 			Run: func(dir string, rep int) (Measurement, error) { return one(dir, rep).Unlink() },
 		},
 		{
-			Name: fmt.Sprintf("unlink %s, %s", files, threads(cfg.Workers)), Unit: OpsPerSec, Targets: commit(0.9, 0.95), Cold: true, PerOp: true,
+			Name: fmt.Sprintf("unlink %s, %s", files, threads(cfg.Workers)), Unit: OpsPerSec, Targets: commit(0.9, 0.95), Cold: true, PerOp: true, Threads: cfg.Workers,
 			Run: func(dir string, rep int) (Measurement, error) { return par(dir, rep).Unlink() },
 		},
 	}
@@ -360,7 +363,7 @@ func Run(ctx context.Context, cfg Config, workloads []Workload, subjects []Subje
 	var rows []*Row
 	for wi := range workloads {
 		w := &workloads[wi]
-		row := &Row{Name: w.Name, Unit: w.Unit, Targets: w.Targets, Best: cfg.Best}
+		row := &Row{Name: w.Name, Unit: w.Unit, Targets: w.Targets, Best: cfg.Best, Threads: w.Threads}
 		rows = append(rows, row)
 		unprepared := map[string]bool{}
 		for _, s := range subjects {

@@ -100,6 +100,8 @@ type Row struct {
 	// Best makes Values the best run (highest throughput, shortest time)
 	// instead of the median.
 	Best bool
+	// Threads is the workload's (Workload.Threads).
+	Threads int
 	// Latencies pools the time of every single operation over all runs
 	// of an implementation, for workloads that time each one.
 	Latencies map[string]*Latencies

@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/bench"
+	"github.com/cmfs-project/cmfs/internal/loopfs"
 )
 
 type options struct {
@@ -288,6 +289,17 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	}
 	fmt.Fprintln(stdout)
 
+	var costs *bench.FlushCosts
+	if len(opts.pick(bench.SmallWorkloads(cfg))) > 0 && slices.Contains(opts.impls, bench.CmfsName) && slices.Contains(opts.impls, bench.LoopbackName) {
+		logf("measuring a device flush and a journal commit where the small-file rows run...")
+		if c, err := smallFlushCost(runDir, opts.smallOnDir); err != nil {
+			notes = append(notes, fmt.Sprintf("the ceilings of one flush or commit per operation are not shown: %v", err))
+		} else {
+			costs = &c
+			logf("one flush: %v, one commit: %v", c.Flush, c.Commit)
+		}
+	}
+
 	start := time.Now()
 	workloads := bench.Workloads(cfg)
 	if opts.smallOnDir {
@@ -318,7 +330,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 
 	table := &bench.Table{Impls: opts.impls, Subject: bench.CmfsName, Rows: rows, Best: cfg.Best, Before: base.name,
 		Extra: []bench.RatioColumn{{Subject: bench.IntervalName, Base: bench.LoopbackName}}}
-	perOp := &bench.OpTable{Impls: opts.impls, Rows: rows}
+	perOp := &bench.OpTable{Impls: opts.impls, Rows: rows, Costs: costs, Ceiling: bench.CmfsName, CeilingBase: bench.LoopbackName}
 	for _, name := range opts.impls {
 		if name == bench.CmfsName || name == bench.IntervalName || name == base.name {
 			perOp.Flushes = append(perOp.Flushes, name)
@@ -340,6 +352,32 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 		return fmt.Errorf("run stopped early: %w", runErr)
 	}
 	return nil
+}
+
+// flushRounds is how many flushes smallFlushCost takes the median of.
+const flushRounds = 200
+
+// smallFlushCost measures bench.FlushCosts where the small-file rows run:
+// on the run directory's filesystem with onDir, else on a fresh ext4 on a
+// loop device made for it, as each column's is.
+func smallFlushCost(runDir string, onDir bool) (bench.FlushCosts, error) {
+	if onDir {
+		return bench.FlushCost(runDir, flushRounds)
+	}
+	if why := loopfs.Missing("ext4"); why != "" {
+		return bench.FlushCosts{}, errors.New("no ext4: " + why)
+	}
+	dir := filepath.Join(runDir, "flush")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return bench.FlushCosts{}, err
+	}
+	defer os.Remove(dir)
+	fs, err := loopfs.Make(dir+".img", dir, "ext4", 256<<20)
+	if err != nil {
+		return bench.FlushCosts{}, err
+	}
+	c, err := bench.FlushCost(dir, flushRounds)
+	return c, errors.Join(err, fs.Close())
 }
 
 // minDataReps is the fewest large-file runs fitRoom lowers -data-reps'
