@@ -78,12 +78,15 @@ func (n *node) open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		fh, fuseFlags := n.register(h)
 		return fh, fuseFlags, 0
 	}
-	// Before the node's lock: see protect.Core.Gate.
+	// Before the node's lock, and let go of once the use is read under
+	// it: see protect.Core.Gate.
 	p := n.r.core.Prepare(rel, flags&syscall.O_TRUNC != 0)
 	defer p.Release()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	h, err := n.r.core.Open(ctx, rel, flags, n.use(), p, n)
+	use := n.use()
+	p.Release()
+	h, err := n.r.core.Open(ctx, rel, flags, use, p, n)
 	if err != nil {
 		return nil, 0, toErrno(err)
 	}
@@ -145,7 +148,9 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 	p := n.r.core.Prepare(rel, h == nil && size == 0)
 	defer p.Release()
 	n.mu.Lock()
-	err := n.r.core.Truncate(ctx, rel, size, h, n.use(), p, n)
+	use := n.use()
+	p.Release() // see protect.Core.Gate
+	err := n.r.core.Truncate(ctx, rel, size, h, use, p, n)
 	n.mu.Unlock()
 	if err == nil && in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
 		// Truncated by a caller without CAP_FSETID (setid.go).

@@ -87,8 +87,14 @@ type Core struct {
 
 	// Gate orders inode replacement against releases: a release holds it
 	// shared until the adapter has dropped the file's passthrough backing
-	// file, a replacement holds it exclusively, so a new open can never
-	// inherit a backing file that now belongs to cmroot.
+	// file, and a replacement takes it exclusively (Prepare), so a new
+	// open can never inherit a backing file that now belongs to cmroot.
+	// It is held until the adapter has read the file's use under the
+	// file's lock (Prepared.Release): a replacement happens only when no
+	// handle is open, every release that began before has ended by then,
+	// and none can begin while the lock is held with no handle open. So
+	// replacements of different files, each waiting for its event to be
+	// durable, do not wait for each other.
 	Gate sync.RWMutex
 
 	sums sumCache

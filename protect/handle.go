@@ -30,12 +30,16 @@ type Identity interface {
 type Prepared struct {
 	c       *Core
 	replace bool
+	once    *sync.Once // lets go of the Gate once
 }
 
-// Release lets go of what Prepare took.
+// Release lets go of what Prepare took; it may be called more than once.
+// The adapter calls it as soon as it has read the file's use under the
+// file's lock (see Gate), not after the change: the Gate then never
+// waits for a replacement's durable event.
 func (p Prepared) Release() {
 	if p.replace {
-		p.c.Gate.Unlock()
+		p.once.Do(p.c.Gate.Unlock)
 	}
 }
 
@@ -57,7 +61,7 @@ func (c *Core) Prepare(rel string, empties bool) Prepared {
 		c.linkNames(rel, cur)
 	}
 	c.Gate.Lock()
-	return Prepared{c: c, replace: true}
+	return Prepared{c: c, replace: true, once: new(sync.Once)}
 }
 
 // Handle is a file open through the mount. One opened for writing
