@@ -69,12 +69,26 @@ func (n *node) open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if flags&syscall.O_ACCMODE == syscall.O_RDONLY && flags&syscall.O_TRUNC == 0 {
 		// A read changes nothing: only its registration needs the lock,
 		// so readers of one file do not wait on each other's open.
+		swap := n.swapped.Load()
 		h, err := n.r.core.Open(ctx, rel, flags, protect.Use{}, protect.Prepared{}, n)
 		if err != nil {
 			return nil, 0, toErrno(err)
 		}
 		n.mu.Lock()
 		defer n.mu.Unlock()
+		if n.swapped.Load() != swap {
+			// A truncation put a new inode at the path while this open
+			// was under way, and it may have opened the old one, now in
+			// cmroot. Registered, its backing file would be every later
+			// handle's of the node (go-fuse keeps one per node), and
+			// their writes would land in the original cmroot keeps. Open
+			// again under the lock, where no replacement runs.
+			h.Release()
+			h.File().Close()
+			if h, err = n.r.core.Open(ctx, rel, flags, protect.Use{}, protect.Prepared{}, n); err != nil {
+				return nil, 0, toErrno(err)
+			}
+		}
 		fh, fuseFlags := n.register(h)
 		return fh, fuseFlags, 0
 	}
