@@ -523,7 +523,24 @@ func lazyUnmount(log *slog.Logger, mnt string, cause error) bool {
 	return true
 }
 
-// fuseAnswers is answerProbe's test, run where it may block.
+// probeChild runs fuseAnswers on mnt in a child process and returns its
+// refusal, its first line.
+func probeChild(mnt string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), probeEnv+"="+mnt)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return errors.New(firstLine(out.Bytes(), fmt.Errorf("probe: %w", err)))
+	}
+	return nil
+}
+
+// fuseAnswers is answerProbe's test, run by its child.
 func fuseAnswers(mnt string) error {
 	m, ok := findMount(mnt)
 	if !ok || m.FSType != "fuse.cmfs" {
@@ -576,10 +593,22 @@ type answerProbe struct {
 // fuseMagic is statfs's f_type of a FUSE file system.
 const fuseMagic = 0x65735546
 
+// probeEnv, set to a mountpoint in the environment, makes this program
+// run fuseAnswers on it and exit: answerProbe's child.
+const probeEnv = "CMFS_PROBE_MOUNT"
+
 // answers says whether the mountpoint is this cmfs mount and answers
 // within ctx: mountinfo lists a fuse.cmfs mount there, the mountpoint's
 // stat names its device, and a statfs, which the kernel sends to the FUSE
 // daemon whatever it caches, succeeds.
+//
+// The stat and statfs run in a child process (this program again, with
+// probeEnv), never in the mount's own: a thread waiting on its own mount
+// for a request the daemon has read waits uninterruptibly, so a mount
+// killed then (the watchdog's SIGABRT of a stopped one) could never
+// exit: its /dev/fuse stays open while the thread waits, and the kernel
+// aborts the connection only when it closes. A child still waiting when
+// the mount dies gets ENOTCONN then.
 func (p *answerProbe) answers(ctx context.Context) error {
 	if !p.busy.TryLock() {
 		return fmt.Errorf("mount %s does not answer: an earlier statfs is still waiting", p.mnt)
@@ -587,7 +616,7 @@ func (p *answerProbe) answers(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() {
 		defer p.busy.Unlock()
-		done <- fuseAnswers(p.mnt)
+		done <- probeChild(p.mnt)
 	}()
 	select {
 	case err := <-done:

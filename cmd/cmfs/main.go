@@ -61,6 +61,15 @@ var program = cli.Program{Name: "cmfs", Root: func(stdout, stderr io.Writer) *co
 }}
 
 func main() {
+	if mnt, ok := os.LookupEnv(probeEnv); ok {
+		// A mount's probe of itself, in a process of its own
+		// (answerProbe).
+		if err := fuseAnswers(mnt); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	// Tests arm failpoints in a mount they mean to kill mid-change.
 	if err := failpoint.FromEnv(); err != nil {
 		fmt.Fprintln(os.Stderr, "cmfs:", err)
