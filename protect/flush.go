@@ -106,8 +106,9 @@ func (c *Core) flush(d durableSet) error {
 // transaction. A directory's fsync (on ext4 a commit of all the journal
 // holds) that runs beside the fdatasync of the new file in it commits the
 // create before the file's blocks join it, and the file then waits for a
-// second commit: create, write and the flushes of file and directory took
-// 0.8–1.3 ms here run at the same time, 0.6–0.85 ms file first
+// second commit: a create, a write and the flushes of file and directory
+// took 0.8–1.3 ms here with the flushes at the same time, 0.6–0.85 ms
+// with the file's first
 // (docs/bench.md, "Files before directories"). What cmroot holds was
 // flushed when it was written or is the tree's older content, mostly
 // clean: its fdatasync is a device flush alone, which would only add up
