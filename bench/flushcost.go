@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -88,14 +87,13 @@ func FlushCost(dir string, n int) (FlushCosts, error) {
 
 // medianTime times n rounds of fn and returns the median.
 func medianTime(n int, fn func(i int) error) (time.Duration, error) {
-	took := make([]time.Duration, n)
-	for i := range took {
+	var l Latencies
+	for i := range n {
 		start := time.Now()
 		if err := fn(i); err != nil {
 			return 0, err
 		}
-		took[i] = time.Since(start)
+		l.Record(time.Since(start))
 	}
-	slices.Sort(took)
-	return took[n/2], nil
+	return l.Quantile(0.5), nil
 }

@@ -33,8 +33,8 @@ func (t *OpTable) ceiling(r *Row, d time.Duration) (float64, bool) {
 	if r.Threads != 1 || r.Unit != OpsPerSec {
 		return 0, false
 	}
-	base, ok := r.Values[t.CeilingBase]
-	if _, failed := r.Errs[t.CeilingBase]; failed || !ok || base <= 0 {
+	base, ok := r.value(t.CeilingBase)
+	if !ok {
 		return 0, false
 	}
 	return 1 / (1/base + d.Seconds()), true
@@ -93,14 +93,13 @@ func (t *OpTable) cells(r *Row) []string {
 		}
 	}
 	if t.Costs != nil {
-		v, has := r.Values[t.Ceiling]
-		_, failed := r.Errs[t.Ceiling]
+		v, has := r.value(t.Ceiling)
 		for _, d := range []time.Duration{t.Costs.Flush, t.Costs.Commit} {
 			ceil, ok := t.ceiling(r, d)
 			switch {
 			case !ok:
 				c = append(c, "—", "—")
-			case !has || failed:
+			case !has:
 				c = append(c, fmt.Sprintf("%.0f", ceil), "n/a")
 			default:
 				c = append(c, fmt.Sprintf("%.0f", ceil), fmt.Sprintf("%.2f", v/ceil))
