@@ -19,8 +19,15 @@ type node struct {
 	*gofs.LoopbackNode
 	r *root
 
-	mu      sync.Mutex
-	opens   int // handles open on this node
+	mu sync.Mutex
+	// The handles open on this node. One is counted in under mu and out
+	// without it (file.Release), so that a release never waits for a
+	// change holding mu through its durable event: while mu is held the
+	// counts can fall, never rise. A file seen unused stays so; one seen
+	// written may have stopped: the safe side of every decision made by
+	// them (protect.Use).
+	countMu sync.Mutex
+	opens   int
 	writers int // of which opened for writing
 	direct  int // of which not passed through to the kernel (setid.go)
 
@@ -96,10 +103,14 @@ func (n *node) childNode(name string) *node {
 }
 
 // use returns how the node is in use; n.mu must be held.
-func (n *node) use() protect.Use { return protect.Use{Opens: n.opens, Writers: n.writers} }
+func (n *node) use() protect.Use {
+	n.countMu.Lock()
+	defer n.countMu.Unlock()
+	return protect.Use{Opens: n.opens, Writers: n.writers}
+}
 
 // lockChild locks the node go-fuse holds for name, if any, and returns
-// its use, steady until unlock.
+// its use, which can only fall until unlock.
 func (n *node) lockChild(name string) (u protect.Use, unlock func()) {
 	ch := n.childNode(name)
 	if ch == nil {

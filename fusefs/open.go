@@ -92,14 +92,10 @@ func (n *node) open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 		fh, fuseFlags := n.register(h)
 		return fh, fuseFlags, 0
 	}
-	// Before the node's lock, and let go of once the use is read under
-	// it: see protect.Core.Gate.
 	p := n.r.core.Prepare(rel, flags&syscall.O_TRUNC != 0)
-	defer p.Release()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	use := n.use()
-	p.Release()
+	use := p.Use(n.use) // see protect.Core.Gate
 	h, err := n.r.core.Open(ctx, rel, flags, use, p, n)
 	if err != nil {
 		return nil, 0, toErrno(err)
@@ -124,6 +120,8 @@ func (n *node) open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 // (setid.go).
 func (n *node) register(h *protect.Handle) (*file, uint32) {
 	f := &file{LoopbackFile: gofs.NewLoopbackFileFromOS(h.File()), h: h, n: n}
+	n.countMu.Lock()
+	defer n.countMu.Unlock()
 	var st syscall.Stat_t
 	switch {
 	case n.opens > n.direct:
@@ -160,10 +158,8 @@ func (n *node) Setattr(ctx context.Context, f gofs.FileHandle, in *fuse.SetAttrI
 		h = fh.h
 	}
 	p := n.r.core.Prepare(rel, h == nil && size == 0)
-	defer p.Release()
 	n.mu.Lock()
-	use := n.use()
-	p.Release() // see protect.Core.Gate
+	use := p.Use(n.use) // see protect.Core.Gate
 	err := n.r.core.Truncate(ctx, rel, size, h, use, p, n)
 	n.mu.Unlock()
 	if err == nil && in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
@@ -234,7 +230,8 @@ func (f *file) Fsync(ctx context.Context, flags uint32) (errno syscall.Errno) {
 func (f *file) Release(ctx context.Context) (errno syscall.Errno) {
 	defer f.n.r.stats.count(opRelease, &errno)
 	f.h.Release()
-	f.n.mu.Lock()
+	// Counted out without the node's lock (see node.opens).
+	f.n.countMu.Lock()
 	f.n.opens--
 	if f.h.Writes() {
 		f.n.writers--
@@ -242,6 +239,6 @@ func (f *file) Release(ctx context.Context) (errno syscall.Errno) {
 	if f.direct {
 		f.n.direct--
 	}
-	f.n.mu.Unlock()
+	f.n.countMu.Unlock()
 	return f.LoopbackFile.Release(ctx)
 }

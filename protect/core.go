@@ -87,14 +87,15 @@ type Core struct {
 
 	// Gate orders inode replacement against releases: a release holds it
 	// shared until the adapter has dropped the file's passthrough backing
-	// file, and a replacement takes it exclusively (Prepare), so a new
-	// open can never inherit a backing file that now belongs to cmroot.
-	// It is held until the adapter has read the file's use under the
-	// file's lock (Prepared.Release): a replacement happens only when no
-	// handle is open, every release that began before has ended by then,
-	// and none can begin while the lock is held with no handle open. So
-	// replacements of different files, each waiting for its event to be
-	// durable, do not wait for each other.
+	// file, and a change that may replace the inode reads the file's use
+	// holding it exclusively (Prepared.Use), so a new open can never
+	// inherit a backing file that now belongs to cmroot. The adapter reads
+	// the use with the file's lock held, under which no handle is counted
+	// in, and a release counts its handle out without that lock: every
+	// release that began has ended when the use is read, and when it shows
+	// no handle open, none can begin until the lock is let go of. The Gate
+	// is held for that read alone: never while a release or a replacement
+	// waits for a file's lock or an event to be durable.
 	Gate sync.RWMutex
 
 	sums sumCache

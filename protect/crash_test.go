@@ -156,7 +156,6 @@ func (h *harness) write(rel string, flags int, data string) error {
 	} else {
 		p := c.Prepare(rel, flags&os.O_TRUNC != 0)
 		hd, err = c.Open(ctx, rel, uint32(flags&^os.O_APPEND), Use{}, p, nil)
-		p.Release()
 	}
 	if err != nil {
 		return err
@@ -207,12 +206,10 @@ func crashRows() []crashRow {
 			map[journal.Type][]string{journal.Truncate: all, journal.Write: written}},
 		{"truncate smaller", func(h *harness) error {
 			p := h.core.Prepare("f.db/t/p=1/part-1", false)
-			defer p.Release()
 			return h.core.Truncate(ctx, "f.db/t/p=1/part-1", 4, nil, Use{}, p, nil)
 		}, map[journal.Type][]string{journal.Truncate: all}},
 		{"truncate to 0", func(h *harness) error {
 			p := h.core.Prepare("f.db/t/p=1/part-1", true)
-			defer p.Release()
 			return h.core.Truncate(ctx, "f.db/t/p=1/part-1", 0, nil, Use{}, p, nil)
 		}, map[journal.Type][]string{journal.Truncate: all}},
 		{"in-place write", func(h *harness) error { return h.write("f.db/t/p=2/part-0", os.O_RDWR, "X") },

@@ -21,7 +21,6 @@ func openInPlace(t *testing.T, h *harness, rel string) *Handle {
 	t.Helper()
 	p := h.core.Prepare(rel, false)
 	hd, err := h.core.Open(ctx, rel, uint32(os.O_RDWR), Use{}, p, nil)
-	p.Release()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,29 +26,28 @@ type Identity interface {
 
 // Prepared is what Prepare did before an open or truncate that may put a
 // new inode in place of the file's: the checksum and the link names are
-// looked up ahead, and Gate is held exclusively until Release.
+// looked up ahead. Use reads the file's use under the Gate.
 type Prepared struct {
 	c       *Core
 	replace bool
-	once    *sync.Once // lets go of the Gate once
 }
 
-// Release lets go of what Prepare took; it may be called more than once.
-// The adapter calls it as soon as it has read the file's use under the
-// file's lock (see Gate), not after the change: the Gate then never
-// waits for a replacement's durable event.
-func (p Prepared) Release() {
-	if p.replace {
-		p.once.Do(p.c.Gate.Unlock)
+// Use returns the file's use as read, for a change that may replace its
+// inode once every release under way has ended (see Gate). Call it with
+// the file's lock held, which keeps new handles from being counted in.
+func (p Prepared) Use(read func() Use) Use {
+	if !p.replace {
+		return read()
 	}
+	p.c.Gate.Lock()
+	defer p.c.Gate.Unlock()
+	return read()
 }
 
 // Prepare readies a change of rel that empties it (O_TRUNC, truncate to
 // 0 by name): when its inode may be replaced, the checksum is computed
-// and the names of a linked file found first, so that the replacement,
-// under the Gate, finds them cached instead of stalling every release
-// while it reads; then the Gate is taken. Call before locking the file's
-// use; Release after.
+// and the names of a linked file found first, so that the replacement
+// finds them cached. Call before locking the file's use.
 func (c *Core) Prepare(rel string, empties bool) Prepared {
 	if !empties || c.tmpDir == "" || c.excluded(rel) {
 		return Prepared{c: c}
@@ -60,8 +59,7 @@ func (c *Core) Prepare(rel string, empties bool) Prepared {
 	if _, cur, err := c.sumStat(rel, &st); err == nil {
 		c.linkNames(rel, cur)
 	}
-	c.Gate.Lock()
-	return Prepared{c: c, replace: true, once: new(sync.Once)}
+	return Prepared{c: c, replace: true}
 }
 
 // Handle is a file open through the mount. One opened for writing
