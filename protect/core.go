@@ -84,6 +84,9 @@ type Core struct {
 	// tmpDir is where replacement inodes are made before they are renamed
 	// into place: on the backing filesystem, invisible through the mount.
 	tmpDir string
+	// leftovers unlinks the old inodes' names that replacements leave in
+	// tmpDir, off the operations' path.
+	leftovers *reaper
 
 	// Gate orders inode replacement against releases: a release holds it
 	// shared until the adapter has dropped the file's passthrough backing
@@ -212,6 +215,7 @@ func Open(ctx context.Context, opts Options, j *journal.Log, store *cmroot.Store
 	if syscall.Stat(tmp, &tst) == nil && tst.Dev == bst.Dev {
 		c.tmpDir = tmp
 		cleanDir(tmp)
+		c.leftovers = newReaper()
 	}
 	t, left, damaged, err := openInflight(filepath.Join(opts.State, statedir.InflightFile))
 	if err != nil {
@@ -251,9 +255,12 @@ func Open(ctx context.Context, opts Options, j *journal.Log, store *cmroot.Store
 	return c, rec, nil
 }
 
-// Close closes the in-flight table and the backing tree. Every handle
-// must be released.
-func (c *Core) Close() error { return errors.Join(c.inflight.close(), c.fs.Close()) }
+// Close closes the in-flight table and the backing tree, once the
+// replacements' leftovers are unlinked. Every handle must be released.
+func (c *Core) Close() error {
+	c.leftovers.close()
+	return errors.Join(c.inflight.close(), c.fs.Close())
+}
 
 // cleanDir removes what a previous mount left in its temporary directory.
 func cleanDir(dir string) {

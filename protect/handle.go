@@ -250,7 +250,7 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 			c.undo(orig, "")
 			return nil, err
 		}
-		defer os.Remove(old)
+		defer c.leftovers.remove(old)
 		_, quiet = quietly(flags)
 		unswap := swapped(id, f)
 		undo = func() error {
@@ -443,7 +443,7 @@ func (c *Core) Truncate(ctx context.Context, rel string, size uint64, h *Handle,
 				c.undo(o, "")
 				return err
 			}
-			defer os.Remove(old)
+			defer c.leftovers.remove(old)
 			defer nf.Close()
 			unswap := swapped(id, nf)
 			undo = func() error {
@@ -755,7 +755,7 @@ func (c *Core) tmpName(what string) string {
 // replace puts a new, empty inode with st's mode and owner at rel and
 // returns it opened with flags (quietly). The old inode is no longer at
 // rel: it is at old, in the temporary directory, until the caller removes
-// it — or exchanges it back to undo the replacement.
+// it (c.leftovers) — or exchanges it back to undo the replacement.
 func (c *Core) replace(rel string, st *syscall.Stat_t, flags uint32) (f *os.File, old string, err error) {
 	tmp := c.tmpName("replace")
 	oflags, _ := quietly(flags &^ (syscall.O_TRUNC | syscall.O_APPEND))
