@@ -188,6 +188,7 @@ func Open(ctx context.Context, opts Options, j *journal.Log, store *cmroot.Store
 	ok := false
 	defer func() {
 		if !ok {
+			c.leftovers.close()
 			c.fs.Close()
 		}
 	}()
