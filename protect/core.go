@@ -84,8 +84,8 @@ type Core struct {
 	// tmpDir is where replacement inodes are made before they are renamed
 	// into place: on the backing filesystem, invisible through the mount.
 	tmpDir string
-	// leftovers unlinks the old inodes' names that replacements leave in
-	// tmpDir, off the operations' path.
+	// leftovers unlinks the old inodes' names that replacements by
+	// exchange leave in tmpDir, off the operations' path.
 	leftovers *reaper
 
 	// Gate orders inode replacement against releases: a release holds it

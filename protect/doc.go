@@ -101,14 +101,16 @@
 // heads are preallocated. Should the event still fail to commit, or the
 // checksum of the result not be had, the change is undone exactly: a
 // rename goes back, and what it replaced comes back from a second link
-// taken before (the hold in STATE/tmp); an O_TRUNC swap is made with
-// RENAME_EXCHANGE so the original inode stays reachable until the event
-// commits, and is exchanged back; a truncation in place is refilled from
-// its cmroot entry; a removed directory is recreated. What cannot be
-// undone — the content a write handle wrote, found at close — keeps its
-// intent in the in-flight table (keep): close fails, and the next
-// event the mount journals, or else the next mount's recovery, journals
-// the content as the tree holds it (I3).
+// taken before (the hold in STATE/tmp); an O_TRUNC swap renames the new
+// inode over the original, which cmroot's link keeps reachable, and links
+// it back (when cmroot's entry of that content is another inode, the swap
+// is a RENAME_EXCHANGE that keeps the original under a temporary name
+// until the event commits, and exchanges it back); a truncation in place
+// is refilled from its cmroot entry; a removed directory is recreated.
+// What cannot be undone — the content a write handle wrote, found at
+// close — keeps its intent in the in-flight table (keep): close fails,
+// and the next event the mount journals, or else the next mount's
+// recovery, journals the content as the tree holds it (I3).
 //
 // Paths matching the exclude globs (engine scratch space) are passed
 // through unprotected; a rename out of them into a table journals the

@@ -245,21 +245,13 @@ func (c *Core) Open(ctx context.Context, rel string, flags uint32, u Use, p Prep
 			c.undo(orig, "")
 			return nil, err
 		}
-		var old string
-		if f, old, err = c.replace(rel, &st, flags); err != nil {
+		var swapDone func()
+		if f, undo, swapDone, err = c.swap(rel, &st, flags, orig, id); err != nil {
 			c.undo(orig, "")
 			return nil, err
 		}
-		defer c.leftovers.remove(old)
+		defer swapDone()
 		_, quiet = quietly(flags)
-		unswap := swapped(id, f)
-		undo = func() error {
-			if err := c.exchange(old, rel); err != nil {
-				return err
-			}
-			unswap()
-			return nil
-		}
 	} else {
 		// Other handles or links must see the truncation: copy, then
 		// truncate in place.
@@ -438,21 +430,14 @@ func (c *Core) Truncate(ctx context.Context, rel string, size uint64, h *Handle,
 				c.undo(o, "")
 				return err
 			}
-			nf, old, err := c.replace(rel, &st, syscall.O_RDONLY)
+			nf, unswap, swapDone, err := c.swap(rel, &st, syscall.O_RDONLY, o, id)
 			if err != nil {
 				c.undo(o, "")
 				return err
 			}
-			defer c.leftovers.remove(old)
+			defer swapDone()
 			defer nf.Close()
-			unswap := swapped(id, nf)
-			undo = func() error {
-				if err := c.exchange(old, rel); err != nil {
-					return err
-				}
-				unswap()
-				return nil
-			}
+			undo = unswap
 			apply = func() error { return nil } // the new inode is empty
 			orig = &o
 		} else {
@@ -752,11 +737,18 @@ func (c *Core) tmpName(what string) string {
 	return filepath.Join(c.tmpDir, fmt.Sprintf("%s-%d-%d", what, os.Getpid(), tmpSeq.Add(1)))
 }
 
-// replace puts a new, empty inode with st's mode and owner at rel and
-// returns it opened with flags (quietly). The old inode is no longer at
-// rel: it is at old, in the temporary directory, until the caller removes
-// it (c.leftovers) — or exchanges it back to undo the replacement.
-func (c *Core) replace(rel string, st *syscall.Stat_t, flags uint32) (f *os.File, old string, err error) {
+// swap puts a new, empty inode with st's mode and owner at rel in place
+// of the old one, which orig keeps in cmroot, tells id so, and returns the
+// new inode opened with flags (quietly) and the undo that puts the old
+// inode back at rel. done ends the swap once it is journaled or undone.
+//
+// An entry orig created by a link is the old inode itself: the new inode
+// is renamed over rel, and the undo links the entry back. Any other entry
+// (one there before, with the same content; a copy) is not, and the old
+// inode has no other name: the new inode is exchanged with it, which
+// leaves the old one under a temporary name until done unlinks it
+// (c.leftovers), or the undo exchanges it back.
+func (c *Core) swap(rel string, st *syscall.Stat_t, flags uint32, orig preserved, id Identity) (f *os.File, undo func() error, done func(), err error) {
 	tmp := c.tmpName("replace")
 	oflags, _ := quietly(flags &^ (syscall.O_TRUNC | syscall.O_APPEND))
 	// open(2) and os.NewFile rather than os.OpenFile, which tries the
@@ -764,21 +756,67 @@ func (c *Core) replace(rel string, st *syscall.Stat_t, flags uint32) (f *os.File
 	// regular file refuses) on every overwrite.
 	fd, err := unix.Open(tmp, oflags|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return nil, "", &os.PathError{Op: "open", Path: tmp, Err: err}
+		return nil, nil, nil, &os.PathError{Op: "open", Path: tmp, Err: err}
 	}
 	f = os.NewFile(uintptr(fd), tmp)
 	if err = syscall.Fchown(fd, int(st.Uid), int(st.Gid)); err == nil {
 		err = syscall.Fchmod(fd, st.Mode&0o7777)
 	}
+	linked := orig.created && c.cm.Links(st.Ino) > 0
 	if err == nil {
-		err = c.exchange(tmp, rel)
+		if linked {
+			err = c.renameOver(tmp, rel)
+		} else {
+			err = c.exchange(tmp, rel)
+		}
 	}
 	if err != nil {
 		f.Close()
 		os.Remove(tmp)
-		return nil, "", err
+		return nil, nil, nil, err
 	}
-	return f, tmp, nil
+	unswap := swapped(id, f)
+	if linked {
+		undo = func() error {
+			if err := c.relink(orig.CM, rel); err != nil {
+				return err
+			}
+			unswap()
+			return nil
+		}
+		return f, undo, func() {}, nil
+	}
+	undo = func() error {
+		if err := c.exchange(tmp, rel); err != nil {
+			return err
+		}
+		unswap()
+		return nil
+	}
+	return f, undo, func() { c.leftovers.remove(tmp) }, nil
+}
+
+// relink puts cmroot's entry name back at rel, over the file there: the
+// undo of a swap whose entry is the old inode. The entry stays, for the
+// caller to drop.
+func (c *Core) relink(name, rel string) error {
+	tmp := c.tmpName("undo")
+	if err := os.Link(c.cm.Path(name), tmp); err != nil {
+		return err
+	}
+	if err := c.renameOver(tmp, rel); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// renameOver renames tmp, a path in the temporary directory, to the
+// tree's rel, over the file there.
+func (c *Core) renameOver(tmp, rel string) error {
+	return c.fs.With(rel, func(l at.Loc) error {
+		return unix.Renameat(unix.AT_FDCWD, tmp, l.Dir, l.Name)
+	})
 }
 
 // exchange swaps the file at tmp, a path in the temporary directory, with

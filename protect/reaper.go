@@ -11,11 +11,12 @@ const reaperQueue = 1024
 
 // A reaper unlinks, in a goroutine of its own, the names that
 // replacements leave in the temporary directory: each names the old inode
-// of a file an O_TRUNC open or a truncation to 0 swapped a new one under,
-// once that change is journaled. By then cmroot keeps the inode (or an
-// entry of the same content), no handle has it open and the tree has no
-// name for it, so the name is nobody's and its unlink need not delay the
-// reply: on ext4 it took a sixth of a 1-thread overwrite's time. What a
+// of a file an O_TRUNC open or a truncation to 0 swapped a new one under
+// by exchange (cmroot held its content already, in another inode), once
+// that change is journaled. By then cmroot keeps an entry of the same
+// content, no handle has the inode open and the tree has no name for it,
+// so the name is nobody's and its unlink need not delay the reply: on
+// ext4 it took a sixth of a 1-thread overwrite's time. What a
 // mount killed before its reaper ran leaves behind, the next mount
 // removes (cleanDir).
 type reaper struct {
