@@ -82,7 +82,7 @@ func parseFlags(args []string) (options, error) {
 	bestRun := fl.Bool("best", false, "show the best run of each workload instead of the median")
 	noCold := fl.Bool("no-drop-caches", false, "do not sync and drop caches before runs")
 	smallFS := fl.String("small-fs", "ext4", "where the small-file rows run: `ext4`, a fresh ext4 on a loop device for every implementation, or dir, the -dir filesystem the large-file rows run on")
-	only := fl.String("only", "", "run only the workloads whose name matches this `REGEXP` (the journal's row is named \"journal appends\"); a workload that needs an earlier one's files (lstat, overwrite, unlink need the creates') fails without it")
+	only := fl.String("only", "", "run only the workloads whose name matches this `REGEXP` (the journal's row is named \"journal appends\"); a workload that needs an earlier one's files (lstat, overwrite, unlink need the creates') brings it along")
 	set, err := bench.ParseFlags(fl, args)
 	if err != nil {
 		return options{}, err
@@ -201,6 +201,15 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) (err error
 	if roomNote != "" {
 		notes = append(notes, roomNote)
 		logf("%s", roomNote)
+	}
+	small := bench.SmallWorkloads(cfg)
+	brought := opts.needed(small)
+	for _, w := range small {
+		if brought[w.Name] {
+			note := fmt.Sprintf("%s: run too, -only's rows use its files", w.Name)
+			notes = append(notes, note)
+			logf("%s", note)
+		}
 	}
 	nofile, err := raiseFileLimit()
 	if err != nil {
@@ -442,9 +451,23 @@ func gib(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
 // picks says whether the workload named name runs.
 func (o options) picks(name string) bool { return o.only == nil || o.only.MatchString(name) }
 
-// pick returns the workloads that run, in their order.
+// pick returns the workloads that run, in their order: those -only
+// matches and those they need.
 func (o options) pick(ws []bench.Workload) []bench.Workload {
-	return slices.DeleteFunc(ws, func(w bench.Workload) bool { return !o.picks(w.Name) })
+	run := o.needed(ws)
+	return slices.DeleteFunc(ws, func(w bench.Workload) bool { return !o.picks(w.Name) && !run[w.Name] })
+}
+
+// needed returns the names of the workloads of ws that -only does not
+// match but a picked one needs (Workload.Needs), however indirectly.
+func (o options) needed(ws []bench.Workload) map[string]bool {
+	run := map[string]bool{}
+	for i := len(ws) - 1; i >= 0; i-- { // a workload needs an earlier one
+		if w := ws[i]; w.Needs != "" && (o.picks(w.Name) || run[w.Name]) && !o.picks(w.Needs) {
+			run[w.Needs] = true
+		}
+	}
+	return run
 }
 
 // revision is the cmfs@REV column: cmfs as it is at an earlier commit.

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cmfs-project/cmfs/bench"
 )
 
 func TestWithColumn(t *testing.T) {
@@ -107,5 +109,32 @@ func TestFitRoom(t *testing.T) {
 	o = opts("-only", "unlink")
 	if note, err := o.fitRoom(10 * gib); note != "" || err != nil {
 		t.Errorf("small rows only, 10 GiB free: note %q, err %v; want neither", note, err)
+	}
+}
+
+// TestPickNeeds: a row picked alone that uses an earlier row's files
+// brings that row along, and nothing else.
+func TestPickNeeds(t *testing.T) {
+	names := func(only string) []string {
+		t.Helper()
+		o, err := parseFlags([]string{"-impls", "native,cmfs", "-only", only})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, w := range o.pick(bench.SmallWorkloads(o.cfg)) {
+			got = append(got, w.Name)
+		}
+		return got
+	}
+	for _, c := range []struct{ only, want string }{
+		{"overwrite with > .*, 1 thread", "create+write+close 10k × 4 KiB, 1 thread|overwrite with > 10k × 4 KiB, 1 thread"},
+		{"unlink 10k, 8 threads", "create+write+close 10k × 4 KiB, 8 threads|unlink 10k, 8 threads"},
+		{"64 threads", "create+write+close 10k × 4 KiB, 64 threads"},
+		{"lstat 10k", "create+write+close 10k × 4 KiB, 1 thread|lstat 10k (cold)"},
+	} {
+		if got := strings.Join(names(c.only), "|"); got != c.want {
+			t.Errorf("-only %q runs %q, want %q", c.only, got, c.want)
+		}
 	}
 }
