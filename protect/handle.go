@@ -762,13 +762,18 @@ func (c *Core) swap(rel string, st *syscall.Stat_t, flags uint32, orig preserved
 	if err = syscall.Fchown(fd, int(st.Uid), int(st.Gid)); err == nil {
 		err = syscall.Fchmod(fd, st.Mode&0o7777)
 	}
-	linked := orig.created && c.cm.Links(st.Ino) > 0
+	// how puts the new inode at rel, back the old one again, done ends
+	// the swap: by exchange unless cmroot's entry is the old inode.
+	how := uint(unix.RENAME_EXCHANGE)
+	back := func() error { return c.renameIn(tmp, rel, unix.RENAME_EXCHANGE) }
+	done = func() { c.leftovers.remove(tmp) }
+	if orig.created && c.cm.Links(st.Ino) > 0 {
+		how = 0
+		back = func() error { return c.relink(orig.CM, rel) }
+		done = func() {}
+	}
 	if err == nil {
-		if linked {
-			err = c.renameOver(tmp, rel)
-		} else {
-			err = c.exchange(tmp, rel)
-		}
+		err = c.renameIn(tmp, rel, how)
 	}
 	if err != nil {
 		f.Close()
@@ -776,24 +781,14 @@ func (c *Core) swap(rel string, st *syscall.Stat_t, flags uint32, orig preserved
 		return nil, nil, nil, err
 	}
 	unswap := swapped(id, f)
-	if linked {
-		undo = func() error {
-			if err := c.relink(orig.CM, rel); err != nil {
-				return err
-			}
-			unswap()
-			return nil
-		}
-		return f, undo, func() {}, nil
-	}
 	undo = func() error {
-		if err := c.exchange(tmp, rel); err != nil {
+		if err := back(); err != nil {
 			return err
 		}
 		unswap()
 		return nil
 	}
-	return f, undo, func() { c.leftovers.remove(tmp) }, nil
+	return f, undo, done, nil
 }
 
 // relink puts cmroot's entry name back at rel, over the file there: the
@@ -804,26 +799,19 @@ func (c *Core) relink(name, rel string) error {
 	if err := os.Link(c.cm.Path(name), tmp); err != nil {
 		return err
 	}
-	if err := c.renameOver(tmp, rel); err != nil {
+	if err := c.renameIn(tmp, rel, 0); err != nil {
 		os.Remove(tmp)
 		return err
 	}
 	return nil
 }
 
-// renameOver renames tmp, a path in the temporary directory, to the
-// tree's rel, over the file there.
-func (c *Core) renameOver(tmp, rel string) error {
+// renameIn renames tmp, a path in the temporary directory, to the tree's
+// rel with renameat2's flags: 0 over the file there, RENAME_NOREPLACE
+// only where rel is free, RENAME_EXCHANGE swapping the two (both names
+// stay, each now naming the other's inode).
+func (c *Core) renameIn(tmp, rel string, flags uint) error {
 	return c.fs.With(rel, func(l at.Loc) error {
-		return unix.Renameat(unix.AT_FDCWD, tmp, l.Dir, l.Name)
-	})
-}
-
-// exchange swaps the file at tmp, a path in the temporary directory, with
-// the tree's file rel (RENAME_EXCHANGE): both names stay, each now naming
-// the other's inode.
-func (c *Core) exchange(tmp, rel string) error {
-	return c.fs.With(rel, func(l at.Loc) error {
-		return unix.Renameat2(unix.AT_FDCWD, tmp, l.Dir, l.Name, unix.RENAME_EXCHANGE)
+		return unix.Renameat2(unix.AT_FDCWD, tmp, l.Dir, l.Name, flags)
 	})
 }

@@ -436,9 +436,7 @@ func (c *Core) unrename(oldRel, newRel string, flags uint32, existed bool, st *s
 	case !existed:
 		return nil
 	case hold != "":
-		return c.fs.With(newRel, func(l at.Loc) error {
-			return unix.Renameat2(unix.AT_FDCWD, hold, l.Dir, l.Name, unix.RENAME_NOREPLACE)
-		})
+		return c.renameIn(hold, newRel, unix.RENAME_NOREPLACE)
 	case st.Mode&syscall.S_IFMT == syscall.S_IFDIR:
 		if err := c.fs.Mkdir(newRel, st.Mode&07777); err != nil {
 			return err
