@@ -4,9 +4,10 @@
 //
 // Contract:
 //
-//   - Content-addressed. An entry is named "<xxh64>-<size>" (Name): 16
-//     lowercase hex digits, as `xxhsum -H64` prints them, and the size in
-//     decimal. The same content preserved twice is stored once; the second
+//   - Content-addressed. An entry is named "<checksum>-<size>" (Name): the
+//     content's checksum as package checksum defines and spells it (16
+//     lowercase hex digits; `xxhsum -H64` prints it for content up to
+//     256 KiB) and the size in decimal. The same content preserved twice is stored once; the second
 //     preservation only refreshes the entry's retention.
 //   - O(1) on the same filesystem. Preserve renames (move) or hard-links
 //     (keep) the original into the store, so the entry is the original

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
 )
 
@@ -323,7 +322,7 @@ func (s *Store) copyHashed(f *os.File, src io.ReaderAt) (int64, string, error) {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
-	d := xxhash.New()
+	d := checksum.New()
 	var off int64
 	for {
 		n, rerr := src.ReadAt(buf, off)

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/durable"
 	bolt "go.etcd.io/bbolt"
@@ -131,7 +130,7 @@ func (c *container) put(r io.Reader, buf []byte, chunkSize int64, sync bool) (Bl
 		}
 	}
 	start := c.chunkOff
-	h := xxhash.New()
+	h := checksum.New()
 	n, err := copyBlock(io.NewOffsetWriter(c.chunk, start), h, r, buf)
 	if err != nil {
 		return BlockID{}, false, c.cutBack(start, err)
@@ -166,7 +165,7 @@ func (c *container) put(r io.Reader, buf []byte, chunkSize int64, sync bool) (Bl
 // copyBlock copies r to w and h through buf, filling buf before each
 // write so a reader of small pieces still makes large writes. r's errors
 // come back as "read block: …", w's as they are (they name the file).
-func copyBlock(w io.Writer, h *xxhash.Digest, r io.Reader, buf []byte) (int64, error) {
+func copyBlock(w io.Writer, h *checksum.Digest, r io.Reader, buf []byte) (int64, error) {
 	var n int64
 	for {
 		m, err := io.ReadFull(r, buf)

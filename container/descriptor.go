@@ -43,9 +43,13 @@ var States = []State{Open, Closing, Closed, Recovering, Unhealthy, Deleted}
 func (s State) valid() bool { return slices.Contains(States, s) }
 
 // layoutVersion is the on-disk format this package writes and reads.
-const layoutVersion = 1
+// Version 1 addressed a block longer than checksum.BlockSize by the xxh64
+// of its whole content, version 2 by its block checksum (package
+// checksum), as events spell it.
+const layoutVersion = 2
 
-// ChecksumType is the only checksum the format uses.
+// ChecksumType is the only checksum the format uses: xxh64, of a block's
+// bytes as package checksum defines it, of everything else plainly.
 const ChecksumType = "xxh64"
 
 // DefaultReplication is a new container's replication config unless
@@ -109,7 +113,7 @@ func (d *Descriptor) marshal() ([]byte, error) {
 	if !bytes.HasSuffix(b, []byte("\n"+sumLineEmpty)) {
 		return nil, fmt.Errorf("encode descriptor %d: checksum field is not the last line", d.ID)
 	}
-	d.DescriptorChecksum = checksum.Bytes(b)
+	d.DescriptorChecksum = checksum.Format(xxhash.Sum64(b))
 	b = append(b[:len(b)-len(sumLineEmpty)], sumLinePrefix+d.DescriptorChecksum+"\"\n"...)
 	return b, nil
 }

@@ -70,7 +70,7 @@
 //	metadata/container.db        the block index, bbolt
 //	chunks/<n>.data              block data, n = 0 … chunks-1, blocks back to back
 //
-// container.yaml has the fields layoutVersion (1), containerID, state
+// container.yaml has the fields layoutVersion (2), containerID, state
 // (OPEN CLOSING CLOSED RECOVERING UNHEALTHY DELETED), reason (why
 // UNHEALTHY), checksumType ("xxh64"), replicaIndex, replication
 // ("replica:N" or "ec:rs-D-P-CELLk"), bytes (data in the chunks), blocks,

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/cmfs-project/cmfs/ec"
 	"github.com/cmfs-project/cmfs/internal/checksum"
 	bolt "go.etcd.io/bbolt"
@@ -205,7 +206,7 @@ func checkECIndex(ctx context.Context, dir string, d Descriptor, recs []record) 
 // cellSums checks index's cells, back to back, against the table.
 func (x *ecIndex) cellSums(index int, name string) *sumChecker {
 	l, t := x.layout, x.table
-	return newSumChecker(int(l.Stripes()),
+	return newSumChecker(xxhash.New(), int(l.Stripes()),
 		func(k int) (int64, uint64) { return int64(l.CellLen(int64(k), index)), t.Sum(int64(k), index) },
 		func(k int, got uint64) string {
 			return fmt.Sprintf("%s: cell (stripe %d, index %d) at %d: xxh64 %s, cell table says %s",

@@ -16,15 +16,15 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// BlockID addresses a block by content: the xxh64 of its bytes and its
-// length. Size -1 in a lookup means any size.
+// BlockID addresses a block by content: its checksum (package checksum:
+// the file checksum of its bytes) and its length. Size -1 in a lookup means any size.
 type BlockID struct {
 	Sum  uint64
 	Size int64
 }
 
 // BlockIDOf returns the BlockID of p.
-func BlockIDOf(p []byte) BlockID { return BlockID{Sum: xxhash.Sum64(p), Size: int64(len(p))} }
+func BlockIDOf(p []byte) BlockID { return BlockID{Sum: checksum.Sum64(p), Size: int64(len(p))} }
 
 // String formats b as "<16 hex digits>-<size>", the way cmroot names its
 // entries, or as the bare sum when the size is unknown.

@@ -5,11 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/cmfs-project/cmfs/internal/checksum"
 )
 
@@ -312,11 +312,11 @@ type sumChecker struct {
 	end   func(k int) string // the file ended inside piece k
 	k     int
 	left  int64
-	h     *xxhash.Digest
+	h     hash.Hash64
 }
 
-func newSumChecker(n int, piece func(int) (int64, uint64), bad func(int, uint64) string, end func(int) string) *sumChecker {
-	sc := &sumChecker{n: n, piece: piece, bad: bad, end: end, h: xxhash.New()}
+func newSumChecker(h hash.Hash64, n int, piece func(int) (int64, uint64), bad func(int, uint64) string, end func(int) string) *sumChecker {
+	sc := &sumChecker{n: n, piece: piece, bad: bad, end: end, h: h}
 	if n > 0 {
 		sc.left, _ = piece(0)
 	}
@@ -325,7 +325,7 @@ func newSumChecker(n int, piece func(int) (int64, uint64), bad func(int, uint64)
 
 // blockSums checks the blocks rs of chunk file name, sorted by offset.
 func blockSums(name string, rs []record) *sumChecker {
-	return newSumChecker(len(rs),
+	return newSumChecker(checksum.New(), len(rs),
 		func(k int) (int64, uint64) { return rs[k].id.Size, rs[k].id.Sum },
 		func(k int, got uint64) string {
 			return fmt.Sprintf("%s: block %s at %d: xxh64 %s", name, rs[k].id, rs[k].off, checksum.Format(got))

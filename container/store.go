@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/durable"
 )
@@ -599,7 +598,7 @@ func (s *Store) OpenBlock(b BlockID) (io.ReadCloser, int64, error) {
 			continue // deleted meanwhile: try the next holder
 		}
 		id := BlockID{Sum: b.Sum, Size: l.size}
-		return &blockReader{f: f, r: io.NewSectionReader(f, l.off, l.size), h: xxhash.New(), id: id}, l.size, nil
+		return &blockReader{f: f, r: io.NewSectionReader(f, l.off, l.size), h: checksum.New(), id: id}, l.size, nil
 	}
 	return nil, 0, fmt.Errorf("open block %s: %w", b, ErrBlockNotFound)
 }
@@ -608,7 +607,7 @@ func (s *Store) OpenBlock(b BlockID) (io.ReadCloser, int64, error) {
 type blockReader struct {
 	f  *os.File
 	r  *io.SectionReader
-	h  *xxhash.Digest
+	h  *checksum.Digest
 	id BlockID
 }
 

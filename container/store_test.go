@@ -535,7 +535,7 @@ func TestParseBlockID(t *testing.T) {
 }
 
 func TestDescriptorRoundTrip(t *testing.T) {
-	d := Descriptor{LayoutVersion: 1, ID: ^uint64(0), State: Closed, ChecksumType: ChecksumType, Replication: "ec:rs-6-3-1024k",
+	d := Descriptor{LayoutVersion: layoutVersion, ID: ^uint64(0), State: Closed, ChecksumType: ChecksumType, Replication: "ec:rs-6-3-1024k",
 		Bytes: 5 << 30, Blocks: 7, Chunks: 20, MetadataBytes: 32768, MetadataChecksum: "0000000000000001",
 		MaxSize: 5 << 30, Created: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), ContainerChecksum: "1234567890123456"}
 	b, err := d.marshal()

@@ -120,3 +120,12 @@ func (s *Stats) InFlight() int {
 	}
 	return 0
 }
+
+// Checksummed is what the protection core's checksums of file content
+// came to (protect.Core.Checksummed), zeros before Mount has opened it.
+func (s *Stats) Checksummed() (read, kept int64) {
+	if c := s.core.Load(); c != nil {
+		return c.Checksummed()
+	}
+	return 0, 0
+}

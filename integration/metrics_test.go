@@ -294,6 +294,9 @@ func TestMountMetrics(t *testing.T) {
 		t.Errorf("copies and clones: %g files, %g bytes; want 1 and 2000 (b, in place)", df, db)
 	}
 
+	if d := delta("cmfs_checksum_bytes_total", "how=read"); d < 2000 {
+		t.Errorf("cmfs_checksum_bytes_total{how=\"read\"} moved by %g, want at least 2000 (b's content, in place)", d)
+	}
 	if d := delta("cmfs_cmroot_entries"); d != 4 {
 		t.Errorf("cmfs_cmroot_entries moved by %g, want 4 (a twice, b, c)", d)
 	}

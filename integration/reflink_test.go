@@ -108,7 +108,8 @@ func TestReflinkXFS(t *testing.T) {
 	if err := before.Close(); err != nil {
 		t.Fatal(err)
 	}
-	m := mountAt(t, backing)
+	addr := freeAddr(t)
+	m := mountAt(t, backing, "--metrics", addr)
 
 	through, err := os.Create(m.path("data/through"))
 	if err != nil {
@@ -127,6 +128,7 @@ func TestReflinkXFS(t *testing.T) {
 			old := xxhsum(t, m.backing(rel))
 			last := lastID(t, m.State)
 			grew := used(t, xfs)
+			sums := scrapeMetrics(t, addr)
 			f, err := os.OpenFile(m.path(rel), os.O_WRONLY, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -138,6 +140,14 @@ func TestReflinkXFS(t *testing.T) {
 				t.Fatal(err)
 			}
 			grew = used(t, xfs) - grew
+			after := scrapeMetrics(t, addr)
+			read := after.get("cmfs_checksum_bytes_total", "how=read") - sums.get("cmfs_checksum_bytes_total", "how=read")
+			kept := after.get("cmfs_checksum_bytes_total", "how=kept") - sums.get("cmfs_checksum_bytes_total", "how=kept")
+			t.Logf("the close read %d KiB of the file and kept the block sums of %d KiB", int64(read)>>10, int64(kept)>>10)
+			if rel == "data/through" && (read > 1<<20 || kept < reflinkFileSize-(1<<20)) {
+				// Its block sums were kept when its checksum was made.
+				t.Errorf("the close read %g bytes and kept %g; want at most 1 MiB read, the rest kept", read, kept)
+			}
 			now := xxhsum(t, m.backing(rel))
 			if now == old {
 				t.Fatal("the pwrite did not change the file")

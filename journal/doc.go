@@ -105,6 +105,10 @@
 // with "-wal" appended. The database is a bbolt file. Bucket "events" maps the event id, 8 bytes
 // big-endian, to a record: the xxh64 of the payload, 8 bytes big-endian,
 // followed by the payload, the event as JSON (the same object
-// `cmfs events --json` prints). Bucket "meta" holds "version" = "1".
+// `cmfs events --json` prints). Bucket "meta" holds "version" = "2"
+// (version 1 spelled the checksum of a file longer than
+// checksum.BlockSize as the xxh64 of its whole content, version 2 as the
+// block checksum package checksum defines; a journal of version 1 is
+// refused).
 // Verify checks every record against all of this.
 package journal

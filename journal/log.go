@@ -441,7 +441,7 @@ func initDB(db *bolt.DB) error {
 func checkVersion(tx *bolt.Tx) error {
 	if m := tx.Bucket(metaBucket); m != nil {
 		if v := m.Get(versionKey); v != nil && string(v) != formatVersion {
-			return fmt.Errorf("journal format version %q, want %q", v, formatVersion)
+			return fmt.Errorf("journal format version %q, this cmfs reads %q (version 1 spelled a file longer than 256 KiB by the xxh64 of its whole content)", v, formatVersion)
 		}
 	}
 	return nil

@@ -19,7 +19,7 @@ var (
 )
 
 const (
-	formatVersion = "1"
+	formatVersion = "2"
 	keyLen        = 8
 	sumLen        = 8
 )

@@ -7,7 +7,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -16,6 +15,7 @@ import (
 	"github.com/cmfs-project/cmfs/api/containerpb"
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/internal/auth"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/tlsconfig"
 	"github.com/cmfs-project/cmfs/internal/window"
 )
@@ -188,7 +188,7 @@ func (c *Client) Get(ctx context.Context, b container.BlockID) (io.ReadCloser, i
 		}
 		return nil, 0, blockCodes.FromStatus(err)
 	}
-	r := &blockReader{stream: stream, cancel: cancel, b: b, size: first.Size, data: first.Data, sum: xxhash.New()}
+	r := &blockReader{stream: stream, cancel: cancel, b: b, size: first.Size, data: first.Data, sum: checksum.New()}
 	r.sum.Write(first.Data)
 	r.got = int64(len(first.Data))
 	return r, first.Size, nil
@@ -202,7 +202,7 @@ type blockReader struct {
 	size   int64
 	got    int64
 	data   []byte
-	sum    *xxhash.Digest
+	sum    *checksum.Digest
 	err    error
 }
 

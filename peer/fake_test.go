@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 )
 
 // fakeStore is an in-memory Store. A container's "tarball" is its bytes,
@@ -94,7 +93,7 @@ func (f *fakeStore) PutReplication(r io.Reader, _ string) (uint64, container.Blo
 	if err != nil {
 		return 0, container.BlockID{}, err
 	}
-	b := container.BlockID{Sum: xxhash.Sum64(data), Size: int64(len(data))}
+	b := container.BlockID{Sum: checksum.Sum64(data), Size: int64(len(data))}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.putErr != nil {

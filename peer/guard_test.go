@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,7 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/cmfs-project/cmfs/internal/checksum"
+	"github.com/cmfs-project/cmfs/internal/wait"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -207,7 +208,7 @@ func TestStalledPutCut(t *testing.T) {
 	if err != nil || !bytes.Equal(got, data) {
 		t.Errorf("get %v: %q, %v", b, got, err)
 	}
-	if _, _, err := n.c.Get(pctx, container.BlockID{Sum: xxhash.Sum64String("the first bytes"), Size: 15}); !errors.Is(err, container.ErrBlockNotFound) {
+	if _, _, err := n.c.Get(pctx, container.BlockID{Sum: checksum.Sum64([]byte("the first bytes")), Size: 15}); !errors.Is(err, container.ErrBlockNotFound) {
 		t.Errorf("the stalled put's bytes: %v, want ErrBlockNotFound", err)
 	}
 }

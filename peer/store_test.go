@@ -13,10 +13,10 @@ import (
 	"testing"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/cespare/xxhash/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 )
 
 // realStore opens a container.Store on a volume in a temp dir, closed when
@@ -49,7 +49,7 @@ func fill(t *testing.T, n *node, sizes ...int) (uint64, map[container.BlockID][]
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b != (container.BlockID{Sum: xxhash.Sum64(data), Size: int64(size)}) {
+		if b != (container.BlockID{Sum: checksum.Sum64(data), Size: int64(size)}) {
 			t.Fatalf("put file-%d: block %v", i, b)
 		}
 		id = got

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cmfs-project/cmfs/internal/wait"
 	"io"
 	"maps"
 	"net/http/httptest"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cmfs-project/cmfs/internal/wait"
 
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -16,7 +16,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/cmfs-project/cmfs/cmroot"
 	"github.com/cmfs-project/cmfs/internal/at"
 	"github.com/cmfs-project/cmfs/internal/checksum"
@@ -103,8 +102,9 @@ type Core struct {
 
 	sums sumCache
 	// hashed counts the bytes checksummed from files so far: what tests
-	// of the checksum's cost look at.
-	hashed atomic.Int64
+	// of the checksum's cost look at; rehashed, the bytes of files
+	// checksummed without a read, from block sums cached (rehash).
+	hashed, rehashed atomic.Int64
 
 	// inflight records changes under way (see inflight.go); nil in tests
 	// that build a Core by hand.
@@ -270,6 +270,12 @@ func cleanDir(dir string) {
 		os.RemoveAll(filepath.Join(dir, e.Name()))
 	}
 }
+
+// Checksummed returns how many bytes of file content the mount has
+// checksummed so far by reading them, and how many it took from the
+// block sums of earlier checksums instead (a close after a write into
+// part of a large file, on a filesystem with reflinks).
+func (c *Core) Checksummed() (read, kept int64) { return c.hashed.Load(), c.rehashed.Load() }
 
 // InFlight returns how many intents the in-flight table holds now:
 // changes under way, write handles open (each holds its intent until its
@@ -452,36 +458,79 @@ func statState(st *syscall.Stat_t) state {
 }
 
 // sumCache remembers the checksum of content cmfs has already hashed, so
-// deleting a file written through the mount costs no read of its data.
+// deleting a file written through the mount costs no read of its data;
+// and, for a file longer than one block, the sums of its blocks, so that
+// the close after a write into part of it rehashes only the blocks the
+// write changed (Handle.Flush, rehash).
 type sumCache struct {
-	mu sync.Mutex
-	m  map[uint64]cachedSum
+	mu     sync.Mutex
+	m      map[uint64]cachedSum
+	blocks int // block sums held, in all entries
 }
 
 type cachedSum struct {
-	st  state
-	sum string
+	st     state
+	sum    string
+	blocks []uint64 // the blocks' sums (checksum.Digest.Blocks); nil: not kept
 }
 
 const sumCacheMax = 1 << 20
 
+// blocksMax bounds the block sums the cache holds: 8 MiB of them, for
+// 256 GiB of files. Past it, the block sums go first.
+const blocksMax = 1 << 20
+
 func (c *sumCache) get(st state) (string, bool) {
+	sum, _, ok := c.getBlocks(st)
+	return sum, ok
+}
+
+// getBlocks is get, with the block sums if they were kept. The slice is
+// shared: read it, never change it.
+func (c *sumCache) getBlocks(st state) (string, []uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[st.ino]
 	if !ok || e.st != st {
-		return "", false
+		return "", nil, false
 	}
-	return e.sum, true
+	return e.sum, e.blocks, true
 }
 
-func (c *sumCache) put(st state, sum string) {
+// blocksFor returns the block sums kept for the content of inode ino if
+// that content has checksum sum and size bytes (nil otherwise), whatever
+// its state: a clone taken of it may have touched its ctime.
+func (c *sumCache) blocksFor(ino uint64, sum string, size int64) []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[ino]
+	if !ok || e.sum != sum || e.st.size != uint64(size) {
+		return nil
+	}
+	return e.blocks
+}
+
+// put remembers sum, and blocks (nil: none) for content in state st.
+// The cache keeps blocks: the caller must not change them.
+func (c *sumCache) put(st state, sum string, blocks []uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= sumCacheMax {
-		c.m = make(map[uint64]cachedSum)
+		c.m, c.blocks = make(map[uint64]cachedSum), 0
 	}
-	c.m[st.ino] = cachedSum{st, sum}
+	c.blocks -= len(c.m[st.ino].blocks)
+	if c.blocks+len(blocks) > blocksMax {
+		for ino, e := range c.m {
+			e.blocks = nil
+			c.m[ino] = e
+		}
+		c.blocks = 0
+		if len(blocks) > blocksMax {
+			blocks = nil
+		}
+	}
+	c.blocks += len(blocks)
+	c.m[st.ino] = cachedSum{st, sum, blocks}
 }
 
 // sumFile returns the checksum and size of the open file f, from the cache
@@ -505,7 +554,7 @@ func (c *Core) sumFileFrom(f *os.File, st *syscall.Stat_t) (string, *syscall.Sta
 		if sum, ok := c.sums.get(statState(&before)); ok {
 			return sum, &before, nil
 		}
-		sum, err := c.hash(f, before.Size, nil)
+		sum, blocks, err := c.hash(f, before.Size, nil)
 		if err != nil {
 			return "", nil, err
 		}
@@ -514,7 +563,7 @@ func (c *Core) sumFileFrom(f *os.File, st *syscall.Stat_t) (string, *syscall.Sta
 			return "", nil, err
 		}
 		if statState(&before) == statState(&after) || try == 2 {
-			c.sums.put(statState(&after), sum)
+			c.sums.put(statState(&after), sum, blocks)
 			return sum, &after, nil
 		}
 	}
@@ -532,19 +581,19 @@ func (c *Core) sumFileUntil(f *os.File, stop <-chan struct{}) (state, bool) {
 	if _, ok := c.sums.get(statState(&before)); ok {
 		return statState(&before), true
 	}
-	sum, err := c.hash(f, before.Size, stop)
+	sum, blocks, err := c.hash(f, before.Size, stop)
 	if err != nil || syscall.Fstat(int(f.Fd()), &after) != nil || statState(&before) != statState(&after) {
 		return statState(&before), false
 	}
-	c.sums.put(statState(&after), sum)
+	c.sums.put(statState(&after), sum, blocks)
 	return statState(&after), true
 }
 
 // hash is hashReaderAt, counted.
-func (c *Core) hash(f *os.File, size int64, stop <-chan struct{}) (string, error) {
-	sum, n, err := hashReaderAt(f, size, stop)
+func (c *Core) hash(f *os.File, size int64, stop <-chan struct{}) (string, []uint64, error) {
+	sum, blocks, n, err := hashReaderAt(f, size, stop)
 	c.hashed.Add(n)
-	return sum, err
+	return sum, blocks, err
 }
 
 // sumPath is sumFile for the tree's file rel.
@@ -602,56 +651,64 @@ const hashChunk = 16 << 20
 var errStopped = errors.New("checksum given up")
 
 // hashReaderAt hashes the first size bytes of f without moving its offset,
-// and says how many bytes it hashed. Once stop (nil: never) is closed it
-// gives up with errStopped.
-func hashReaderAt(f *os.File, size int64, stop <-chan struct{}) (string, int64, error) {
+// and says how many bytes it hashed. A file longer than one block has
+// its block sums returned too (nil otherwise). Once stop (nil: never) is
+// closed it gives up with errStopped.
+func hashReaderAt(f *os.File, size int64, stop <-chan struct{}) (string, []uint64, int64, error) {
 	// The checksum leaves the file's page cache as it found it.
 	defer pagecache.Note(f, size).Drop()
+	d := checksum.New()
+	if size > checksum.BlockSize {
+		d = checksum.NewKeeping()
+	}
 	var mapped int64
 	if size >= mmapMin && int64(int(size)) == size {
 		if data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED); err == nil {
 			defer unix.Munmap(data)
 			unix.Madvise(data, unix.MADV_SEQUENTIAL)
-			sum, n, err := hashMapped(data, stop)
+			n, err := hashMapped(data, d, stop)
 			if err == nil {
-				return journal.FormatSum(sum), n, nil
+				return checksum.Format(d.Sum64()), d.Blocks(), n, nil
 			}
 			if errors.Is(err, errStopped) {
-				return "", n, err
+				return "", nil, n, err
 			}
 			// Truncated under us: hash what is there now by reading.
 			mapped = n
+			d.Reset()
 		}
 	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
-	n, sum, err := checksum.Reader(stopReader{io.NewSectionReader(f, 0, size), stop}, *bp)
-	return sum, mapped + n, err
+	n, err := io.CopyBuffer(d, stopReader{io.NewSectionReader(f, 0, size), stop}, *bp)
+	if err != nil {
+		return "", nil, mapped + n, err
+	}
+	return checksum.Format(d.Sum64()), d.Blocks(), mapped + n, nil
 }
 
 // errFault is a mapped file that shrank while it was hashed.
 var errFault = errors.New("mapped file truncated")
 
-// hashMapped hashes mapped file data and says how many bytes it hashed.
-// A file truncated by another writer while it is hashed faults (SIGBUS)
-// and is errFault instead of a crash of the mount.
-func hashMapped(data []byte, stop <-chan struct{}) (sum uint64, n int64, err error) {
+// hashMapped writes mapped file data to d and says how many bytes it
+// hashed. A file truncated by another writer while it is hashed faults
+// (SIGBUS) and is errFault instead of a crash of the mount.
+func hashMapped(data []byte, d *checksum.Digest, stop <-chan struct{}) (n int64, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if recover() != nil {
 			err = errFault
 		}
 	}()
-	d := xxhash.New()
 	for off := 0; off < len(data); off += hashChunk {
 		if stopped(stop) {
-			return 0, n, errStopped
+			return n, errStopped
 		}
 		end := min(off+hashChunk, len(data))
 		d.Write(data[off:end])
 		n = int64(end)
 	}
-	return d.Sum64(), n, nil
+	return n, nil
 }
 
 // stopReader is a reader that fails with errStopped once stop is closed.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cmfs-project/cmfs/internal/at"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/pagecache"
 	"github.com/cmfs-project/cmfs/internal/statedir"
 	"github.com/cmfs-project/cmfs/journal"
@@ -141,19 +142,28 @@ func TestHashLargeAndTruncated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	got, _, err := hashReaderAt(f, int64(len(data)), nil)
+	got, blocks, _, err := hashReaderAt(f, int64(len(data)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := journal.Sum(data); got != want {
 		t.Fatalf("mapped hash = %s, want %s", got, want)
 	}
+	if len(blocks) != checksum.BlockCount(int64(len(data))) || checksum.Format(checksum.Combine(blocks)) != got {
+		t.Fatalf("mapped hash kept %d block sums combining to %016x, want %d combining to %s",
+			len(blocks), checksum.Combine(blocks), checksum.BlockCount(int64(len(data))), got)
+	}
+	for i, b := range blocks {
+		if want := checksum.Block(data[i*checksum.BlockSize : min((i+1)*checksum.BlockSize, len(data))]); b != want {
+			t.Fatalf("block %d: sum %016x, want %016x", i, b, want)
+		}
+	}
 	// Shrink the file behind the hash's back: the mapped pages past the
 	// end fault, and the hash falls back to reading what is left.
 	if err := os.Truncate(p, 100); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err = hashReaderAt(f, int64(len(data)), nil)
+	got, _, _, err = hashReaderAt(f, int64(len(data)), nil)
 	if err == nil && got == journal.Sum(data) {
 		t.Fatalf("hash of a truncated file equals the old content's")
 	}

@@ -54,7 +54,10 @@
 //   - flush (close) after writes checksums the new content and journals it
 //     before close() returns, unless it is what the file's last event
 //     said; a handle released unchanged drops the copy taken at open
-//     (cmroot.DropUnused: unless a later preservation shares it).
+//     (cmroot.DropUnused: unless a later preservation shares it). Where
+//     that copy is a clone (XFS, btrfs) and the original's block sums are
+//     cached, only the blocks no longer sharing the clone's extents are
+//     read (rehash.go).
 //   - fsync of a write handle journals nothing: the close journals the
 //     content. It makes the content durable (the backing file's fsync)
 //     and, the first time for the handle, the handle's intent in the

@@ -81,6 +81,9 @@ type Handle struct {
 	// last is the content state last journaled (or seen at open).
 	last   state
 	synced bool
+	// openBlocks is the file's st_blocks at open: how much more it has
+	// at close tells how much may still wait for writeback (sumWritten).
+	openBlocks int64
 	// slot holds the handle's intent in the in-flight table, -1 if none.
 	slot   int
 	intent intent
@@ -352,7 +355,7 @@ func (c *Core) newHandle(f *os.File, rel string, o handleOpts) (*Handle, error) 
 	}
 	var st syscall.Stat_t
 	if o.write && !o.created && syscall.Fstat(int(f.Fd()), &st) == nil {
-		h.last, h.synced = statState(&st), true
+		h.last, h.synced, h.openBlocks = statState(&st), true, st.Blocks
 	}
 	if o.write && !o.excluded && o.recorded {
 		h.slot, h.intent = o.slot, o.in
@@ -517,7 +520,7 @@ func (h *Handle) Flush(ctx context.Context, rel string, live bool) error {
 		return err
 	}
 	defer closeSrc()
-	sum, cur, err := c.sumFileFrom(src, &st)
+	sum, cur, err := h.sumWritten(src, &st)
 	if err != nil {
 		return err
 	}

@@ -424,7 +424,7 @@ func hashFile(f *os.File, err error) (int64, string, error) {
 	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
 		return 0, "", err
 	}
-	sum, _, err := hashReaderAt(f, st.Size, nil)
+	sum, _, _, err := hashReaderAt(f, st.Size, nil)
 	return st.Size, sum, err
 }
 

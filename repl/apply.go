@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
 
 	"github.com/cmfs-project/cmfs/internal/checksum"
@@ -449,7 +448,7 @@ func (l *loader) stage(ctx context.Context, tmp *os.File, f journal.File, buf []
 		return err
 	}
 	defer rc.Close()
-	h := xxhash.New()
+	h := checksum.New()
 	w := &sizeWriter{w: &countWriter{w: io.MultiWriter(tmp, h), prog: l.prog}, limit: f.Size}
 	// A fetcher's reader that is an io.WriterTo writes straight into w.
 	_, err = io.CopyBuffer(w, rc, buf)

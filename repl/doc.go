@@ -16,11 +16,11 @@
 // tells a watchdog whether Run's loop is stuck. A target has one
 // loader at a time (Lock). Nothing here mounts, listens or dials.
 //
-// # Dump layout (version 1)
+// # Dump layout (version 2)
 //
 //	<dump>/_dumpmetadata   JSON, written first (durably):
 //	                       {"kind":"BOOTSTRAP"|"INCREMENTAL","from":N,"to":M,
-//	                        "source":"<id>","created":"<RFC 3339, ns>","version":1
+//	                        "source":"<id>","created":"<RFC 3339, ns>","version":2
 //	                        [,"db":"<filter>"][,"table":"<filter>"]}
 //	<dump>/_finished_dump  JSON, written last (durably, after a syncfs of the
 //	                       dump's filesystem): {"to":M[,"walk_end":K]}.
@@ -95,7 +95,9 @@
 //
 // path is relative to the warehouse root, slash-separated and clean (no
 // leading '/', no "", "." or ".." component); size is decimal, no sign or
-// leading zero; xxh64 is 16 lowercase hex digits, as `xxhsum -H64` prints;
+// leading zero; xxh64 is the file's checksum (package checksum: the xxh64
+// of its content, or for a file longer than 256 KiB of its blocks'), 16
+// lowercase hex digits;
 // cm is the cmroot entry name of a preserved original, empty for new
 // content (an entry for new content, once preserved, is named
 // "<xxh64>-<size>"). path and cm are escaped: '%', '#', every byte of a

@@ -27,8 +27,9 @@ const (
 )
 
 // FormatVersion is the version of the dump layout this package writes and
-// reads.
-const FormatVersion = 1
+// reads. Version 1 listed a file longer than checksum.BlockSize by the
+// xxh64 of its whole content, version 2 by its block checksum.
+const FormatVersion = 2
 
 // Names inside a dump directory.
 const (

@@ -36,7 +36,7 @@ func TestIncrementalDumpLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if md.Kind != Incremental || md.From != 3 || md.To != 9 || md.Source != "src" || md.Version != 1 || md.Created.IsZero() {
+	if md.Kind != Incremental || md.From != 3 || md.To != 9 || md.Source != "src" || md.Version != FormatVersion || md.Created.IsZero() {
 		t.Fatalf("metadata: %+v", md)
 	}
 	fin, err := ReadFinished(out)

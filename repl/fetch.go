@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
 
 	"github.com/cmfs-project/cmfs/cmroot"
@@ -210,7 +209,7 @@ type verifyReader struct {
 }
 
 func (l *LocalFetcher) reader(f *os.File, want journal.File, live bool) *verifyReader {
-	return &verifyReader{f: f, want: want, live: live, h: xxhash.New(), l: l}
+	return &verifyReader{f: f, want: want, live: live, h: checksum.New(), l: l}
 }
 
 func (r *verifyReader) Read(p []byte) (int, error) {

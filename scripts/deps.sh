@@ -25,6 +25,9 @@ missing=()
 command -v fusermount3 >/dev/null || missing+=(fuse3)
 if [ "$for" = ci ]; then
 	command -v xxhsum >/dev/null || missing+=(xxhash)
+	# The README's recipe for the checksum of a file longer than 256 KiB
+	# (split, xxhsum, xxd) is checked by internal/checksum's TestByHand.
+	command -v xxd >/dev/null || missing+=(xxd)
 	# The etcd cluster store's tests run a real etcd.
 	command -v etcd >/dev/null || missing+=(etcd-server)
 	# Preservation by reflink is tested on XFS made on a loop device

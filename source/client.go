@@ -2,6 +2,7 @@ package source
 
 import (
 	"crypto/tls"
+
 	"github.com/cmfs-project/cmfs/repl"
 
 	"bytes"
@@ -14,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
@@ -24,6 +24,7 @@ import (
 	"github.com/cmfs-project/cmfs/api/replpb"
 	"github.com/cmfs-project/cmfs/control"
 	"github.com/cmfs-project/cmfs/internal/auth"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/internal/window"
 	"github.com/cmfs-project/cmfs/journal"
 )
@@ -194,7 +195,7 @@ func (c *Client) readFile(ctx context.Context, req *replpb.ReadFileRequest) (*fi
 	}
 	r := &fileReader{c: c, cancel: cancel, stream: stream, req: req}
 	if !c.streaming {
-		r.h = xxhash.New()
+		r.h = checksum.New()
 	}
 	r.next()
 	if r.err != nil && !errors.Is(r.err, io.EOF) && !errors.Is(r.err, ErrMismatch) && !errors.Is(r.err, errChanged) {
@@ -260,7 +261,7 @@ type fileReader struct {
 	from   string
 	// h hashes what the reader yields; nil with WithStreaming, where the
 	// caller verifies the bytes itself.
-	h   *xxhash.Digest
+	h   *checksum.Digest
 	buf []byte
 	err error // returned once buf is drained: io.EOF or the failure
 }

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/cespare/xxhash/v2"
 	"google.golang.org/grpc"
 
 	"github.com/cmfs-project/cmfs/api/replpb"
@@ -245,9 +244,9 @@ func openEntry(p string) (*os.File, error) {
 // xxh64 of what was sent (unless req.NoChecksum). A file that shrank under
 // the read is sent as it is: the checksum tells the client.
 func sendFile(ctx context.Context, f io.Reader, req *replpb.ReadFileRequest, from string, send func(*replpb.Chunk) error) error {
-	var h *xxhash.Digest
+	var h *checksum.Digest
 	if !req.NoChecksum {
-		h = xxhash.New()
+		h = checksum.New()
 	}
 	first := true
 	for left := req.Size; left > 0; {

@@ -8,10 +8,9 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/cmfs-project/cmfs/container"
 	"github.com/cmfs-project/cmfs/ec"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 	"github.com/cmfs-project/cmfs/peer"
 	"github.com/cmfs-project/cmfs/repl"
 )
@@ -65,7 +64,7 @@ func (f *Fetcher) fetchEC(ctx context.Context, nodes []Node, b container.BlockID
 	if loc.Offset < 0 || loc.Offset+b.Size > l.Size {
 		return nil, fmt.Errorf("EC container %d: block %s at %d lies outside its %d bytes: %w", loc.Container, b, loc.Offset, l.Size, container.ErrCorrupt)
 	}
-	r := &ecBlockReader{ctx: ctx, r: ec.NewReader(l, t, src, avail), off: loc.Offset, left: b.Size, b: b, h: xxhash.New()}
+	r := &ecBlockReader{ctx: ctx, r: ec.NewReader(l, t, src, avail), off: loc.Offset, left: b.Size, b: b, h: checksum.New()}
 	return r, nil
 }
 
@@ -135,7 +134,7 @@ type ecBlockReader struct {
 	off  int64
 	left int64
 	b    container.BlockID
-	h    *xxhash.Digest
+	h    *checksum.Digest
 	buf  []byte
 	err  error
 }

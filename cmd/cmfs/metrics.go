@@ -149,6 +149,7 @@ var (
 	descLastEvent      = prometheus.NewDesc("cmfs_journal_last_event_id", "The journal's newest durable event.", nil, nil)
 	descRecovery       = prometheus.NewDesc("cmfs_recovery_findings", "What recovery found as the mount started, by finding.", []string{"finding"}, nil)
 	descReconciled     = prometheus.NewDesc("cmfs_recovery_reconciled", "1 when the mount compared the whole tree with the journal as it started (an unclean stop and a reboot).", nil, nil)
+	descChecksummed    = prometheus.NewDesc("cmfs_checksum_bytes_total", "Bytes of file content checksummed, by how: read (hashed from the file), kept (a block's sum kept from an earlier checksum, on a filesystem with reflinks).", []string{"how"}, nil)
 	descSync           = prometheus.NewDesc("cmfs_sync_info", "The mount's durability mode (--sync): always, or interval:DUR.", []string{"sync"}, nil)
 )
 
@@ -178,7 +179,7 @@ func newMountCollector(j *journal.Log, store *cmroot.Store, stats *fusefs.Stats,
 // Describe implements prometheus.Collector.
 func (c *mountCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descOps, descPreservedFiles, descPreservedBytes, descFlush, descGroups, descFlushes,
-		descWALSyncs, descPathSyncs, descApplies, descEvents, descLastEvent, descRecovery, descReconciled, descSync} {
+		descWALSyncs, descPathSyncs, descApplies, descEvents, descLastEvent, descRecovery, descReconciled, descChecksummed, descSync} {
 		ch <- d
 	}
 	for _, g := range c.gauges {
@@ -219,6 +220,9 @@ func (c *mountCollector) Collect(ch chan<- prometheus.Metric) {
 		reconciled = 1
 	}
 	gauge(descReconciled, reconciled)
+	read, kept := c.stats.Checksummed()
+	counter(descChecksummed, uint64(read), "read")
+	counter(descChecksummed, uint64(kept), "kept")
 	gauge(descSync, 1, st.Mode)
 	for _, g := range c.gauges {
 		g.Collect(ch)

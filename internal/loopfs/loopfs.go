@@ -1,9 +1,9 @@
 // Package loopfs is for tests and benchmarks that need a filesystem of a
 // given type (XFS, ext4) whatever the machine's own disks are: it makes one
 // in an image file, attaches the image to a loop device and mounts it, and
-// takes all of that down again. It also reads a file's extent map
-// (FIEMAP), which tells extents a file shares with another (a reflink)
-// from its own, and can end an XFS filesystem as a power loss would.
+// takes all of that down again. It also counts the bytes a file shares
+// with another (a reflink), and can end an XFS filesystem as a power
+// loss would.
 //
 // Everything here needs root, and mkfs.TYPE from the distribution
 // (Debian: xfsprogs, e2fsprogs); Missing says what is lacking.
@@ -18,6 +18,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cmfs-project/cmfs/internal/extents"
 	"github.com/cmfs-project/cmfs/internal/procfs"
 	"golang.org/x/sys/unix"
 )
@@ -179,87 +180,20 @@ func UsedBytes(path string) (int64, error) {
 	return int64(st.Blocks-st.Bfree) * st.Bsize, nil
 }
 
-// Extent is one extent of a file's map, as FIEMAP reports it.
-type Extent struct {
-	Logical, Physical, Length uint64
-	Flags                     uint32
-}
-
-// ExtentShared is FIEMAP_EXTENT_SHARED: the extent's blocks belong to
-// another file too.
-const ExtentShared = 0x2000
-
-// Extents returns the extent map of the file at path, after writing back
-// its dirty pages (FIEMAP_FLAG_SYNC). It fails with EOPNOTSUPP on a
-// filesystem without FIEMAP (tmpfs).
-func Extents(path string) ([]Extent, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var all []Extent
-	var start uint64
-	for {
-		var req fiemapRequest
-		req.head = fiemap{start: start, length: ^uint64(0) - start, flags: fiemapFlagSync, extentCount: fiemapBatch}
-		_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), fsIocFiemap, uintptr(unsafe.Pointer(&req)))
-		if errno != 0 {
-			return nil, &os.PathError{Op: "FS_IOC_FIEMAP", Path: path, Err: errno}
-		}
-		n := int(req.head.mappedExtents)
-		for _, e := range req.extents[:n] {
-			all = append(all, Extent{Logical: e.logical, Physical: e.physical, Length: e.length, Flags: e.flags})
-		}
-		if n == 0 || req.extents[n-1].flags&fiemapExtentLast != 0 {
-			return all, nil
-		}
-		last := req.extents[n-1]
-		start = last.logical + last.length
-	}
-}
-
 // SharedBytes returns how many bytes of the file at path lie in extents it
 // shares with another file.
 func SharedBytes(path string) (int64, error) {
-	exts, err := Extents(path)
+	exts, err := extents.MapPath(path)
 	if err != nil {
 		return 0, err
 	}
 	var n int64
 	for _, e := range exts {
-		if e.Flags&ExtentShared != 0 {
+		if e.Flags&extents.Shared != 0 {
 			n += int64(e.Length)
 		}
 	}
 	return n, nil
-}
-
-// The kernel's struct fiemap and struct fiemap_extent
-// (include/uapi/linux/fiemap.h), and FS_IOC_FIEMAP (_IOWR('f', 11,
-// struct fiemap)).
-type fiemap struct {
-	start, length                             uint64
-	flags, mappedExtents, extentCount, unused uint32
-}
-
-type fiemapExtent struct {
-	logical, physical, length uint64
-	reserved64                [2]uint64
-	flags                     uint32
-	reserved                  [3]uint32
-}
-
-const (
-	fsIocFiemap      = 0xc020660b
-	fiemapFlagSync   = 0x1
-	fiemapExtentLast = 0x1
-	fiemapBatch      = 64
-)
-
-type fiemapRequest struct {
-	head    fiemap
-	extents [fiemapBatch]fiemapExtent
 }
 
 func run(name string, args ...string) error {

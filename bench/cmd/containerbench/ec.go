@@ -15,10 +15,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/cmfs-project/cmfs/bench"
 	"github.com/cmfs-project/cmfs/container"
+	"github.com/cmfs-project/cmfs/internal/checksum"
 )
 
 // --- EC: ec:rs-6-3-1024k containers in a cluster of twelve nodes ---
@@ -540,11 +539,8 @@ func fileXXH64(path string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	h := xxhash.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%016x", h.Sum64()), nil
+	_, sum, err := checksum.Reader(f, nil)
+	return sum, err
 }
 
 // --- peak RSS of the nodes reconstructing three indexes ---
