@@ -166,7 +166,6 @@ func (s *Store) copyIn(path string, perm os.FileMode, name string, move bool) (M
 		return 0, err
 	}
 	defer src.Close()
-	defer pagecache.Note(src, size).Drop()
 	dst := s.Path(name)
 	mu := s.stripe(name)
 	locked := false
@@ -258,6 +257,7 @@ func (s *Store) fillHashed(tmp, src *os.File) (int64, string, bool, error) {
 		return 0, "", false, err
 	}
 	if !cloned {
+		defer noteCache(src).Drop()
 		n, sum, err := s.copyHashed(tmp, src)
 		return n, sum, false, err
 	}
@@ -277,6 +277,7 @@ func (s *Store) fillKnown(tmp, src *os.File, size int64) (bool, error) {
 		return false, err
 	}
 	if !cloned {
+		defer pagecache.Note(src, size).Drop()
 		return false, copyRange(tmp, src, size)
 	}
 	fi, err := tmp.Stat()
@@ -289,6 +290,16 @@ func (s *Store) fillKnown(tmp, src *os.File, size int64) (bool, error) {
 		return true, tmp.Truncate(size) // what a copy would take: the first size bytes
 	}
 	return true, nil
+}
+
+// noteCache is pagecache.Note of all of f: a copy (not a clone, which
+// reads nothing) leaves the original's page cache as it found it.
+func noteCache(f *os.File) pagecache.Absent {
+	var st syscall.Stat_t
+	if syscall.Fstat(int(f.Fd()), &st) != nil {
+		return pagecache.Absent{}
+	}
+	return pagecache.Note(f, st.Size)
 }
 
 // clone makes tmp, a new empty file, share src's extents (FICLONE). It
@@ -443,8 +454,6 @@ func (s *Store) copyFrom(f *os.File, name *string, fill func(tmp *os.File) error
 			mu.Unlock()
 		}
 	}()
-	// The copy leaves the original's page cache as it found it.
-	defer pagecache.Note(f, fi.Size()).Drop()
 	exists := false
 	err = durable.Write(s.tmpPath(), fi.Mode().Perm(), s.sync, fill,
 		func(tmp string) (string, error) {
