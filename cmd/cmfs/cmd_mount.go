@@ -726,7 +726,7 @@ func runMountDaemon(ctx context.Context, g *globalOptions, opts mountOptions, pl
 			return &cli.ExitError{Code: 1, Msg: strings.TrimPrefix(line, "cmfs: ")}
 		case <-deadline:
 			child.Process.Signal(syscall.SIGTERM)
-			return fmt.Errorf("mount not ready after %s; stopped it (log: %s)", opts.readyTimeout, logPath)
+			return fmt.Errorf("mount not ready after %s; stopped it (log: %s; recovery after an unclean stop can take longer: --ready-timeout 0 waits for it)", opts.readyTimeout, logPath)
 		case <-ctx.Done():
 			child.Process.Signal(syscall.SIGTERM)
 			return fmt.Errorf("interrupted while waiting for the mount; stopped it")

@@ -110,12 +110,20 @@ func (d *Digest) Write(p []byte) (int, error) {
 			d.push()
 		}
 		k := min(len(p), BlockSize-in)
-		d.leaf.Write(p[:k])
+		if k == BlockSize {
+			// A whole block at once: xxhash's one-shot sum is faster than
+			// its streaming digest.
+			d.last = xxhash.Sum64(p[:k])
+		} else {
+			d.leaf.Write(p[:k])
+		}
 		d.n += int64(k)
 		p = p[k:]
 		if d.n%BlockSize == 0 {
-			d.last = d.leaf.Sum64()
-			d.leaf.Reset()
+			if k != BlockSize {
+				d.last = d.leaf.Sum64()
+				d.leaf.Reset()
+			}
 			if d.keep {
 				d.sums = append(d.sums, d.last)
 			}
