@@ -91,8 +91,8 @@ func TestPreserveStats(t *testing.T) {
 			}
 			// PreserveCopy and PreserveCopyOf of new content.
 			f := openFile(t, src, "c", content('c', 3000))
-			if _, _, _, created, err := s.PreserveCopy(f); err != nil || !created {
-				t.Fatalf("PreserveCopy = %v, %v", created, err)
+			if k, err := s.PreserveCopy(f); err != nil || !k.Created {
+				t.Fatalf("PreserveCopy = %+v, %v", k, err)
 			}
 			g := openFile(t, src, "d", content('d', 4000))
 			_, dsum := writeFile(t, t.TempDir(), "d", content('d', 4000))
@@ -100,8 +100,8 @@ func TestPreserveStats(t *testing.T) {
 				t.Fatalf("PreserveCopyOf = %v, %v", created, err)
 			}
 			// Both again: deduplicated.
-			if _, _, _, created, err := s.PreserveCopy(f); err != nil || created {
-				t.Fatalf("PreserveCopy of stored content = %v, %v", created, err)
+			if k, err := s.PreserveCopy(f); err != nil || k.Created {
+				t.Fatalf("PreserveCopy of stored content = %+v, %v", k, err)
 			}
 			if _, created, err := s.PreserveCopyOf(g, dsum, 4000); err != nil || created {
 				t.Fatalf("PreserveCopyOf of stored content = %v, %v", created, err)

@@ -46,7 +46,7 @@ func TestCopyLeavesCacheAsFound(t *testing.T) {
 		name string
 		copy func(s *Store, f *os.File, sum string) error
 	}{
-		{"PreserveCopy", func(s *Store, f *os.File, _ string) error { _, _, _, _, err := s.PreserveCopy(f); return err }},
+		{"PreserveCopy", func(s *Store, f *os.File, _ string) error { _, err := s.PreserveCopy(f); return err }},
 		{"PreserveCopyOf", func(s *Store, f *os.File, sum string) error { _, _, err := s.PreserveCopyOf(f, sum, size); return err }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -177,7 +177,7 @@ func (s *Store) copyIn(path string, perm os.FileMode, name string, move bool) (M
 	exists, cloned := false, false
 	err = durable.Write(s.tmpPath(), perm, s.sync,
 		func(f *os.File) error {
-			n, got, c, err := s.fillHashed(f, src)
+			n, got, c, err := s.fillSummed(f, src)
 			cloned = c
 			if err != nil {
 				return err
@@ -248,23 +248,30 @@ func (s *Store) copyIn(path string, perm os.FileMode, name string, move bool) (M
 // (the original's dirty pages were written back by the clone itself).
 
 // fillHashed makes tmp, a new empty file, hold src's content from offset 0
-// to EOF and returns its size and checksum: the checksum of what tmp
-// holds, read back after a clone, hashed on the way of a copy; and
-// whether it cloned. src's file offset does not move.
-func (s *Store) fillHashed(tmp, src *os.File) (int64, string, bool, error) {
+// to EOF and writes that content to d: what tmp holds, read back after a
+// clone, hashed on the way of a copy. It returns the size and whether it
+// cloned. src's file offset does not move.
+func (s *Store) fillHashed(tmp, src *os.File, d *checksum.Digest) (int64, bool, error) {
 	cloned, err := s.clone(tmp, src)
 	if err != nil {
-		return 0, "", false, err
+		return 0, false, err
 	}
 	if !cloned {
 		defer noteCache(src).Drop()
-		n, sum, err := s.copyHashed(tmp, src)
-		return n, sum, false, err
+		n, err := s.copyHashed(tmp, src, d)
+		return n, false, err
 	}
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
-	n, sum, err := checksum.Reader(io.NewSectionReader(tmp, 0, math.MaxInt64), *bp)
-	return n, sum, true, err
+	n, err := io.CopyBuffer(d, io.NewSectionReader(tmp, 0, math.MaxInt64), *bp)
+	return n, true, err
+}
+
+// fillSummed is fillHashed that returns the checksum.
+func (s *Store) fillSummed(tmp, src *os.File) (int64, string, bool, error) {
+	d := checksum.New()
+	n, cloned, err := s.fillHashed(tmp, src, d)
+	return n, checksum.Format(d.Sum64()), cloned, err
 }
 
 // fillKnown makes tmp, a new empty file, hold the first size bytes of
@@ -327,57 +334,69 @@ func (s *Store) clone(tmp, src *os.File) (bool, error) {
 	return false, err
 }
 
-// copyHashed copies src from offset 0 to EOF into f, hashing the bytes on
-// the way. It reads with ReadAt, so src's file offset does not move.
-func (s *Store) copyHashed(f *os.File, src io.ReaderAt) (int64, string, error) {
+// copyHashed copies src from offset 0 to EOF into f, writing the bytes to
+// d on the way. It reads with ReadAt, so src's file offset does not move.
+func (s *Store) copyHashed(f *os.File, src io.ReaderAt, d *checksum.Digest) (int64, error) {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
-	d := checksum.New()
 	var off int64
 	for {
 		n, rerr := src.ReadAt(buf, off)
 		if n > 0 {
 			d.Write(buf[:n])
 			if _, err := s.sys.write(f, buf[:n]); err != nil {
-				return off, "", err
+				return off, err
 			}
 			off += int64(n)
 		}
 		if rerr == io.EOF {
-			return off, checksum.Format(d.Sum64()), nil
+			return off, nil
 		}
 		if rerr != nil {
-			return off, "", rerr
+			return off, rerr
 		}
 	}
+}
+
+// Kept is what PreserveCopy kept: the entry's name, the checksum and
+// size of its content, whether the entry is new, and, for content longer
+// than one block, the blocks' sums (checksum.Digest.Blocks), which let a
+// caller update the checksum after a change to part of the original.
+type Kept struct {
+	Name, XXH64 string
+	Size        int64
+	Created     bool
+	Blocks      []uint64
 }
 
 // PreserveCopy copies (clones, where the filesystem can) the open file f
 // into the store, computing the checksum of the copy's bytes, fsyncs the
-// copy and returns the entry's name, checksum and size. Used before an
-// in-place change of f. It reads f with ReadAt, so f's offset does not
-// move. If the content is already stored, the copy is discarded and the
-// entry refreshed (created is false).
-func (s *Store) PreserveCopy(f *os.File) (name, xxh64 string, size int64, created bool, err error) {
-	name, m, err := s.preserveCopy(f)
-	if err != nil {
-		return "", "", 0, false, fmt.Errorf("preserve %s: %w", f.Name(), err)
-	}
-	xxh64, size, _ = ParseName(name)
-	s.count(m, size)
-	return name, xxh64, size, m != Deduplicated, nil
-}
-
-func (s *Store) preserveCopy(f *os.File) (string, Method, error) {
+// copy and says what it kept. Used before an in-place change of f. It
+// reads f with ReadAt, so f's offset does not move. If the content is
+// already stored, the copy is discarded and the entry refreshed (Created
+// is false).
+func (s *Store) PreserveCopy(f *os.File) (Kept, error) {
 	var name string
 	cloned := false
+	d := checksum.NewKeeping()
 	name, created, err := s.copyFrom(f, &name, func(tmp *os.File) error {
-		n, sum, c, err := s.fillHashed(tmp, f)
-		name, cloned = Name(sum, n), c
+		d.Reset()
+		n, c, err := s.fillHashed(tmp, f, d)
+		name, cloned = Name(checksum.Format(d.Sum64()), n), c
 		return err
 	})
-	return name, copyMethod(created, cloned), err
+	if err != nil {
+		return Kept{}, fmt.Errorf("preserve %s: %w", f.Name(), err)
+	}
+	m := copyMethod(created, cloned)
+	xxh64, size, _ := ParseName(name)
+	s.count(m, size)
+	c := Kept{Name: name, XXH64: xxh64, Size: size, Created: m != Deduplicated}
+	if size > checksum.BlockSize {
+		c.Blocks = d.Blocks()
+	}
+	return c, nil
 }
 
 // PreserveCopyOf is PreserveCopy for a file whose checksum and size the

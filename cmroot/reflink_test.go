@@ -135,11 +135,15 @@ func TestPreserveReflink(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			name, got, size, created, err := s.PreserveCopy(f)
-			if err != nil || got != sum || size != reflinkSize || !created {
-				t.Fatalf("PreserveCopy = %s %s %d %v %v; want checksum %s", name, got, size, created, err, sum)
+			k, err := s.PreserveCopy(f)
+			if err != nil || k.XXH64 != sum || k.Size != reflinkSize || !k.Created {
+				t.Fatalf("PreserveCopy = %+v, %v; want checksum %s", k, err, sum)
 			}
-			return s.Path(name), p, s.Path(name)
+			if len(k.Blocks) != checksum.BlockCount(reflinkSize) || checksum.Format(checksum.Combine(k.Blocks)) != sum {
+				t.Fatalf("PreserveCopy kept %d block sums, combining to %016x; want %d, combining to %s",
+					len(k.Blocks), checksum.Combine(k.Blocks), checksum.BlockCount(reflinkSize), sum)
+			}
+			return s.Path(k.Name), p, s.Path(k.Name)
 		}},
 		{"PreserveCopyOf", 2, func(t *testing.T, s *Store, _, p, sum string) (string, string, string) {
 			f, err := os.Open(p)
@@ -167,10 +171,11 @@ func TestPreserveReflink(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			name, _, _, _, err := s.PreserveCopy(f)
+			k, err := s.PreserveCopy(f)
 			if err != nil {
 				t.Fatal(err)
 			}
+			name := k.Name
 			restored := filepath.Join(dir, "restored")
 			if err := s.Restore(name, restored); err != nil {
 				t.Fatal(err)
@@ -295,10 +300,11 @@ func TestCloneRefused(t *testing.T) {
 
 			f1, _ := os.Open(p1)
 			defer f1.Close()
-			name1, got, _, _, err := s.PreserveCopy(f1)
-			if err != nil || got != sum1 {
-				t.Fatalf("PreserveCopy = %s, %v; want %s", got, err, sum1)
+			k1, err := s.PreserveCopy(f1)
+			if err != nil || k1.XXH64 != sum1 {
+				t.Fatalf("PreserveCopy = %s, %v; want %s", k1.XXH64, err, sum1)
 			}
+			name1 := k1.Name
 			f2, _ := os.Open(p2)
 			defer f2.Close()
 			name2, _, err := s.PreserveCopyOf(f2, sum2, 100001)
@@ -347,10 +353,11 @@ func TestCloneVerified(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	name, got, size, _, err := s.PreserveCopy(f)
+	k, err := s.PreserveCopy(f)
 	if err != nil {
 		t.Fatal(err)
 	}
+	name, got, size := k.Name, k.XXH64, k.Size
 	if want := checksum.Bytes(changed); got != want || size != int64(len(changed)) || name != Name(want, size) {
 		t.Errorf("PreserveCopy of a changing file = %s %s %d; want it named by what it holds, %s", name, got, size, want)
 	}
@@ -387,7 +394,8 @@ func TestCloneDurable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		name, _, _, _, err := s.PreserveCopy(f)
+		k, err := s.PreserveCopy(f)
+		name := k.Name
 		f.Close()
 		if err != nil {
 			t.Fatal(err)

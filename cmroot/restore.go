@@ -57,7 +57,7 @@ func (s *Store) restore(name, dst string, replace bool) error {
 	}
 	return durable.Write(filepath.Dir(dst), fi.Mode().Perm(), true,
 		func(f *os.File) error {
-			n, got, _, err := s.fillHashed(f, src)
+			n, got, _, err := s.fillSummed(f, src)
 			if err != nil {
 				return err
 			}

@@ -378,10 +378,11 @@ func TestPreserveCopy(t *testing.T) {
 			if _, err := f.Seek(2, 0); err != nil {
 				t.Fatal(err)
 			}
-			name, sum, size, created, err := s.PreserveCopy(f)
+			k, err := s.PreserveCopy(f)
 			if err != nil {
 				t.Fatal(err)
 			}
+			name, sum, size, created := k.Name, k.XXH64, k.Size, k.Created
 			if sum != want || size != int64(len(tt.content)) || name != Name(want, size) || !created {
 				t.Errorf("PreserveCopy = %q, %q, %d, %v; want %q, %d", name, sum, size, created, want, len(tt.content))
 			}
@@ -395,8 +396,8 @@ func TestPreserveCopy(t *testing.T) {
 				t.Errorf("a copy counts as a link")
 			}
 			// Same content again: no new entry.
-			if _, _, _, created, err := s.PreserveCopy(f); err != nil || created {
-				t.Errorf("second PreserveCopy = %v, %v", created, err)
+			if k, err := s.PreserveCopy(f); err != nil || k.Created {
+				t.Errorf("second PreserveCopy = %+v, %v", k, err)
 			}
 			if n := tmpFiles(t, s); len(n) != 0 {
 				t.Errorf("temp files left: %v", n)
@@ -488,7 +489,7 @@ func TestPreserveENOSPC(t *testing.T) {
 		}
 		f, _ := os.Open(p)
 		written = 0
-		if _, _, _, _, err := s.PreserveCopy(f); !errors.Is(err, syscall.ENOSPC) {
+		if _, err := s.PreserveCopy(f); !errors.Is(err, syscall.ENOSPC) {
 			t.Errorf("PreserveCopy on a full store: %v", err)
 		}
 		f.Close()
@@ -584,7 +585,9 @@ func TestPreserveConcurrent(t *testing.T) {
 			var err error
 			if i%3 == 0 {
 				f, _ := os.Open(p)
-				_, _, _, created, err = s.PreserveCopy(f)
+				var k Kept
+				k, err = s.PreserveCopy(f)
+				created = k.Created
 				f.Close()
 				os.Remove(p)
 			} else {

@@ -35,7 +35,8 @@ func (c *Core) preserve(rel string, h how) (preserved, error) {
 		}
 		defer f.Close()
 		var st syscall.Stat_t
-		if h == byCopyIdle && syscall.Fstat(int(f.Fd()), &st) == nil {
+		idle := h == byCopyIdle && syscall.Fstat(int(f.Fd()), &st) == nil
+		if idle {
 			if sum, ok := c.sums.get(statState(&st)); ok {
 				name, created, err := c.cm.PreserveCopyOf(f, sum, st.Size)
 				if err != nil {
@@ -44,11 +45,17 @@ func (c *Core) preserve(rel string, h how) (preserved, error) {
 				return preserved{File: journal.File{Size: st.Size, XXH64: sum, CM: name}, created: created}, nil
 			}
 		}
-		name, sum, size, created, err := c.cm.PreserveCopy(f)
+		k, err := c.cm.PreserveCopy(f)
 		if err != nil {
 			return preserved{}, err
 		}
-		return preserved{File: journal.File{Size: size, XXH64: sum, CM: name}, created: created}, nil
+		var after syscall.Stat_t
+		if idle && syscall.Fstat(int(f.Fd()), &after) == nil && statState(&after) == statState(&st) && after.Size == k.Size {
+			// The copy's checksum is the file's: the close after a write
+			// into part of it can start from its block sums (rehash).
+			c.sums.put(statState(&after), k.XXH64, k.Blocks)
+		}
+		return preserved{File: journal.File{Size: k.Size, XXH64: k.XXH64, CM: k.Name}, created: k.Created}, nil
 	}
 	sum, st, err := c.sumPath(rel)
 	if err != nil {

@@ -30,7 +30,7 @@ func lostPower(t *testing.T, h *harness) Recovery {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, _, err := h.store.PreserveCopy(f); err != nil {
+	if _, err := h.store.PreserveCopy(f); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()

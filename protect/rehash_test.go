@@ -122,17 +122,23 @@ func TestRehashAfterWrite(t *testing.T) {
 }
 
 // TestRehashFallsBack: where a rehash cannot tell what changed, the close
-// hashes the whole file, and journals the right checksum all the same:
-// no block sums cached (a new mount), no clone (a filesystem without
-// reflinks), most of the file rewritten and not written back yet.
+// hashes the whole file, and journals the right checksum all the same: no
+// block sums cached, no clone (a filesystem without reflinks), most of
+// the file rewritten and not written back yet. A new mount has no sums
+// cached either, but the open's copy, which hashes the clone, keeps them.
 func TestRehashFallsBack(t *testing.T) {
+	small := func(t *testing.T, f *os.File) { writeAt(t, f, 4096, 100) }
 	for _, tc := range []struct {
 		name  string
 		setup func(t *testing.T) *harness
 		// before runs between the file's first close and its open in
 		// place, and may return a new harness.
 		before func(t *testing.T, h *harness) *harness
+		// forget: the cache loses every checksum after the open.
+		forget bool
 		change func(t *testing.T, f *os.File)
+		// whole: the close reads the whole file (otherwise one block).
+		whole bool
 	}{
 		{"a new mount", xfsHarness, func(t *testing.T, h *harness) *harness {
 			backing := h.backing
@@ -140,13 +146,14 @@ func TestRehashFallsBack(t *testing.T) {
 			h2 := openHarness(t, backing)
 			*h = *h2 // the cleanup closes it
 			return h
-		}, func(t *testing.T, f *os.File) { writeAt(t, f, 4096, 100) }},
+		}, false, small, false},
+		{"no block sums", xfsHarness, nil, true, small, true},
 		{"no reflinks", func(t *testing.T) *harness {
 			h := openHarness(t, t.TempDir())
 			t.Cleanup(func() { h.close(t) })
 			return h
-		}, nil, func(t *testing.T, f *os.File) { writeAt(t, f, 4096, 100) }},
-		{"mostly rewritten", xfsHarness, nil, func(t *testing.T, f *os.File) { writeAt(t, f, rehashSize/2, 0) }},
+		}, nil, false, small, true},
+		{"mostly rewritten", xfsHarness, nil, false, func(t *testing.T, f *os.File) { writeAt(t, f, rehashSize/2, 0) }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := tc.setup(t)
@@ -157,11 +164,29 @@ func TestRehashFallsBack(t *testing.T) {
 			if tc.before != nil {
 				h = tc.before(t, h)
 			}
-			if read, _, size := changeInPlace(t, h, rel, tc.change); read != size {
+			change := tc.change
+			if tc.forget {
+				change = func(t *testing.T, f *os.File) {
+					h.core.sums.forget()
+					tc.change(t, f)
+				}
+			}
+			read, _, size := changeInPlace(t, h, rel, change)
+			if tc.whole && read != size {
 				t.Errorf("the close read %d bytes, want the whole file (%d)", read, size)
+			}
+			if !tc.whole && read > checksum.BlockSize {
+				t.Errorf("the close read %d bytes, want one block", read)
 			}
 		})
 	}
+}
+
+// forget empties the cache.
+func (c *sumCache) forget() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m, c.blocks = nil, 0
 }
 
 // changeInPlace opens rel in place through h's core, changes it, and
