@@ -24,12 +24,11 @@ const reflinkSize = 64 << 20
 // test with the reason it cannot be made here.
 func testFS(t *testing.T, fstype string) (string, *loopfs.FS) {
 	t.Helper()
-	dir := t.TempDir()
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	if fstype == "tmpfs" {
+		mnt := filepath.Join(t.TempDir(), "mnt")
+		if err := os.Mkdir(mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if os.Geteuid() != 0 {
 			t.Skip("not root: mounting a tmpfs needs uid 0")
 		}
@@ -43,19 +42,8 @@ func testFS(t *testing.T, fstype string) (string, *loopfs.FS) {
 		})
 		return mnt, nil
 	}
-	if why := loopfs.Missing(fstype); why != "" {
-		t.Skip(why)
-	}
-	fs, err := loopfs.Make(filepath.Join(dir, "img"), mnt, fstype, 512<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := fs.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return mnt, fs
+	fs := loopfs.Temp(t, fstype, 512<<20)
+	return fs.Dir, fs
 }
 
 // writeOriginal writes size bytes of content no other file shares (tag

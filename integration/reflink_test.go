@@ -30,21 +30,8 @@ func xfsBacking(t *testing.T, size int64) (string, *loopfs.FS) {
 		}
 		t.Skip(why)
 	}
-	dir := t.TempDir()
-	mnt := filepath.Join(dir, "xfs")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	fs, err := loopfs.Make(filepath.Join(dir, "xfs.img"), mnt, "xfs", size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := fs.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return mnt, fs
+	fs := loopfs.Temp(t, "xfs", size)
+	return fs.Dir, fs
 }
 
 // writeBig writes size bytes that no other file holds (seed stamps every

@@ -657,10 +657,11 @@ var errStopped = errors.New("checksum given up")
 func hashReaderAt(f *os.File, size int64, stop <-chan struct{}) (string, []uint64, int64, error) {
 	// The checksum leaves the file's page cache as it found it.
 	defer pagecache.Note(f, size).Drop()
-	d := checksum.New()
+	newDigest := checksum.New
 	if size > checksum.BlockSize {
-		d = checksum.NewKeeping()
+		newDigest = checksum.NewKeeping
 	}
+	d := newDigest()
 	var mapped int64
 	if size >= mmapMin && int64(int(size)) == size {
 		if data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED); err == nil {

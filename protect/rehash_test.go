@@ -23,24 +23,8 @@ const rehashSize = 256*checksum.BlockSize + 1000
 // on a fresh XFS, made on a loop device: originals are kept by clone.
 func xfsHarness(t *testing.T) *harness {
 	t.Helper()
-	if why := loopfs.Missing("xfs"); why != "" {
-		t.Skip(why)
-	}
-	dir := t.TempDir()
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	fs, err := loopfs.Make(filepath.Join(dir, "img"), mnt, "xfs", 1<<30) // sparse
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := fs.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	h := openHarness(t, filepath.Join(mnt, "backing"))
+	fs := loopfs.Temp(t, "xfs", 1<<30) // sparse
+	h := openHarness(t, filepath.Join(fs.Dir, "backing"))
 	t.Cleanup(func() { h.close(t) })
 	return h
 }

@@ -14,7 +14,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 	"unsafe"
 
@@ -63,6 +65,32 @@ func Missing(fstype string) string {
 var mkfsArgs = map[string][]string{
 	"xfs":  {"-q", "-f", "-m", "reflink=1"},
 	"ext4": {"-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"},
+}
+
+// Temp makes a filesystem of type fstype and size bytes in t's temporary
+// directory, mounted at its "mnt", taken down in t's cleanup (after
+// everything registered later), and returns it. A machine that cannot
+// make one (Missing) skips the test.
+func Temp(t testing.TB, fstype string, size int64) *FS {
+	t.Helper()
+	if why := Missing(fstype); why != "" {
+		t.Skip(why)
+	}
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := Make(filepath.Join(dir, "img"), mnt, fstype, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := fs.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return fs
 }
 
 // Make creates the image file image of size bytes (sparse), makes a
