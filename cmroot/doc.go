@@ -53,7 +53,13 @@
 //     records that survived and giving new-found entries their ctime (the
 //     time of the rename that preserved them), drops records whose file is
 //     gone and removes stale temp files. A corrupt index is rebuilt the same
-//     way. Preserved data itself is never lost: a moved original is in the
+//     way. A full file system does not stop the index: when there is no
+//     room to rebuild it, to consume the marker, or for a commit to grow
+//     the file, the index moves to an anonymous memory file (a memfd that
+//     bbolt maps like any file) with what it held, and Close writes it back,
+//     clean, if there is room by then (else the next Open rebuilds). While
+//     it is in memory the file on disk has no clean marker, or is gone.
+//     Preserved data itself is never lost: a moved original is in the
 //     store or still at its path, never neither; a copy becomes visible only
 //     after it is complete (and fsynced unless Options.NoSync).
 //     A rename or link into the store is not fsynced separately: it is as

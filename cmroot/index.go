@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+	"golang.org/x/sys/unix"
 )
 
 // The index: bucket "entries" maps an entry name to its record; bucket
@@ -143,12 +145,32 @@ func corruptIndex(err error) bool {
 }
 
 // openIndex opens the index, rebuilding it from the directory unless the
-// previous Close left it clean, and loads the in-memory mirror.
+// previous Close left it clean, and loads the in-memory mirror. When the
+// file system has no room for a rebuilt index, or for the commit that
+// consumes the clean marker, the index is built in memory instead (see
+// memBolt): it is a cache, and a full disk must not stop a mount.
 func (s *Store) openIndex() error {
 	path := filepath.Join(s.dir, indexFile)
+	db, old, err := s.openDiskIndex(path)
+	if noSpace(err) {
+		if db, err = s.buildMemIndex(old); err == nil {
+			s.memIndex = true
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("index: %w", err)
+	}
+	s.db = db
+	return s.loadMem()
+}
+
+// openDiskIndex opens the index file, rebuilding it first if it was not
+// closed cleanly, and durably consumes its clean marker. On failure it
+// returns the records it could read, and leaves no clean marker on disk.
+func (s *Store) openDiskIndex(path string) (*bolt.DB, map[string]record, error) {
 	db, err := openBolt(path)
 	if err != nil && !corruptIndex(err) {
-		return fmt.Errorf("index: %w", err)
+		return nil, nil, err
 	}
 	clean := false
 	if db != nil {
@@ -163,13 +185,12 @@ func (s *Store) openIndex() error {
 			db.Close()
 		}
 		if err := s.rebuildIndex(path, old); err != nil {
-			return fmt.Errorf("rebuild index: %w", err)
+			return nil, old, fmt.Errorf("rebuild: %w", err)
 		}
 		if db, err = openBolt(path); err != nil {
-			return fmt.Errorf("index: %w", err)
+			return nil, old, err
 		}
 	}
-	s.db = db
 	// Consume the marker durably before any unsynced commit can happen: a
 	// crash from here on must be seen as unclean by the next Open.
 	db.NoSync = false
@@ -184,11 +205,168 @@ func (s *Store) openIndex() error {
 		return m.Delete(cleanKey)
 	})
 	db.NoSync = true
-	if err != nil {
-		db.Close()
-		return fmt.Errorf("index: %w", err)
+	if err == nil {
+		return db, nil, nil
 	}
-	return s.loadMem()
+	old := readRecords(db)
+	db.Close()
+	if clean {
+		// The marker is still there, and this store will not keep the
+		// file up to date: it must not be trusted again.
+		if rerr := s.removeIndex(path); rerr != nil {
+			return nil, old, errors.Join(err, rerr)
+		}
+	}
+	return nil, old, err
+}
+
+// removeIndex removes the index file for good; the next Open rebuilds.
+func (s *Store) removeIndex(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if s.sync {
+		return durable.SyncDir(s.dir)
+	}
+	return nil
+}
+
+// buildMemIndex builds the index from the directory, with the times of
+// old records, in memory.
+func (s *Store) buildMemIndex(old map[string]record) (*bolt.DB, error) {
+	files, err := s.scanEntries()
+	if err != nil {
+		return nil, err
+	}
+	db, err := memBolt(nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := fillIndex(db, files, old); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// memBolt opens a bbolt database on an anonymous memory file (memfd),
+// holding a copy of src's content if src is not nil. It is where the index
+// lives while the file system has no room for it: bbolt needs a file to
+// map, and a memfd is one that takes no disk space.
+func memBolt(src *bolt.DB) (*bolt.DB, error) {
+	fd, err := unix.MemfdCreate("cmroot-index", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "memfd:cmroot-index")
+	if src != nil {
+		if err := writeIndex(src, f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("copy index to memory: %w", err)
+		}
+	}
+	opts := boltOptions()
+	opts.OpenFile = func(string, int, os.FileMode) (*os.File, error) { return f, nil }
+	db, err := bolt.Open(f.Name(), 0o600, opts)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// toMemory moves the open index to memory, after a commit found no room
+// on disk. The file keeps what it had, with no clean marker (Open consumed
+// it), so a crash from here on rebuilds from the directory as before.
+func (s *Store) toMemory() error {
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.memIndex {
+		return nil
+	}
+	db, err := memBolt(s.db)
+	if err != nil {
+		return err
+	}
+	s.db.Close()
+	s.db, s.memIndex = db, true
+	return nil
+}
+
+// IndexInMemory says whether the index is kept in memory because the file
+// system had no room for it (see the package doc).
+func (s *Store) IndexInMemory() bool {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	return s.memIndex
+}
+
+// saveIndex writes the index in memory, which Close has marked clean, over
+// the index file.
+func (s *Store) saveIndex() error {
+	path := filepath.Join(s.dir, indexFile)
+	tmp := path + ".new"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	err = writeIndex(s.db, f)
+	if err == nil && s.sync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if s.sync {
+		return durable.SyncDir(s.dir)
+	}
+	return nil
+}
+
+// writeIndex writes a consistent copy of db to w.
+func writeIndex(db *bolt.DB, w io.Writer) error {
+	ew := &errWriter{w: w}
+	err := boltcheck.Guard(func() error {
+		return db.View(func(tx *bolt.Tx) error {
+			_, err := tx.WriteTo(ew)
+			return err
+		})
+	})
+	if ew.err != nil {
+		return ew.err
+	}
+	return err
+}
+
+// errWriter keeps the first error of its writer, which bbolt's WriteTo
+// passes on only as text.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
+
+// noSpace says whether err is the file system's having no room (or no
+// quota) left.
+func noSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 func readClean(db *bolt.DB) (clean bool, err error) {
@@ -245,36 +423,7 @@ func (s *Store) rebuildIndex(path string, old map[string]record) error {
 		return err
 	}
 	defer os.Remove(tmp) // a no-op once renamed
-	put := func(batch map[string]record) error {
-		return db.Update(func(tx *bolt.Tx) error {
-			b, err := tx.CreateBucketIfNotExists(entriesBucket)
-			if err != nil {
-				return err
-			}
-			for name, r := range batch {
-				if err := b.Put([]byte(name), r.encode()); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	batch := make(map[string]record)
-	for name, fi := range files {
-		r := statRecord(fi)
-		if o, ok := old[name]; ok {
-			r.preserved, r.refreshed, r.shared = o.preserved, o.refreshed, o.shared || r.shared
-		}
-		batch[name] = r
-		if len(batch) == 10000 {
-			if err := put(batch); err != nil {
-				db.Close()
-				return err
-			}
-			clear(batch)
-		}
-	}
-	if err := put(batch); err != nil {
+	if err := fillIndex(db, files, old); err != nil {
 		db.Close()
 		return err
 	}
@@ -294,6 +443,43 @@ func (s *Store) rebuildIndex(path string, old map[string]record) error {
 		return durable.SyncDir(s.dir)
 	}
 	return nil
+}
+
+// fillIndex puts a record for each entry file into db, keeping the times
+// of old records whose file still exists.
+func fillIndex(db *bolt.DB, files map[string]os.FileInfo, old map[string]record) error {
+	put := func(batch map[string]record) error {
+		return db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucketIfNotExists(entriesBucket)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.CreateBucketIfNotExists(metaBucket); err != nil {
+				return err
+			}
+			for name, r := range batch {
+				if err := b.Put([]byte(name), r.encode()); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	batch := make(map[string]record)
+	for name, fi := range files {
+		r := statRecord(fi)
+		if o, ok := old[name]; ok {
+			r.preserved, r.refreshed, r.shared = o.preserved, o.refreshed, o.shared || r.shared
+		}
+		batch[name] = r
+		if len(batch) == 10000 {
+			if err := put(batch); err != nil {
+				return err
+			}
+			clear(batch)
+		}
+	}
+	return put(batch)
 }
 
 // scanEntries lists the entry files in the fan-out directories. Files that
@@ -490,6 +676,13 @@ func (s *Store) flush() error {
 		return nil
 	}
 	err := s.commit(batch)
+	if noSpace(err) {
+		if merr := s.toMemory(); merr != nil {
+			err = errors.Join(err, merr)
+		} else {
+			err = s.commit(batch)
+		}
+	}
 	s.pmu.Lock()
 	if err != nil {
 		for k, v := range batch {

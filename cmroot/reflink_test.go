@@ -25,25 +25,32 @@ const reflinkSize = 64 << 20
 func testFS(t *testing.T, fstype string) (string, *loopfs.FS) {
 	t.Helper()
 	if fstype == "tmpfs" {
-		mnt := filepath.Join(t.TempDir(), "mnt")
-		if err := os.Mkdir(mnt, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if os.Geteuid() != 0 {
-			t.Skip("not root: mounting a tmpfs needs uid 0")
-		}
-		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=512m", "tmpfs", mnt).CombinedOutput(); err != nil {
-			t.Fatalf("mount -t tmpfs: %v: %s", err, out)
-		}
-		t.Cleanup(func() {
-			if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-				t.Errorf("umount %s: %v: %s", mnt, err, out)
-			}
-		})
-		return mnt, nil
+		return mountTmpfs(t, "512m"), nil
 	}
 	fs := loopfs.Temp(t, fstype, 512<<20)
 	return fs.Dir, fs
+}
+
+// mountTmpfs mounts a tmpfs of the given size ("8m") for the test and
+// returns its mount point, or skips the test when not root.
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("not root: mounting a tmpfs needs uid 0")
+	}
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount -t tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", mnt, err, out)
+		}
+	})
+	return mnt
 }
 
 // writeOriginal writes size bytes of content no other file shares (tag

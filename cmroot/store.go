@@ -88,6 +88,9 @@ type Store struct {
 	dbMu   sync.RWMutex // guards db against Close
 	db     *bolt.DB
 	closed bool
+	// memIndex: db is a copy in memory; the file on disk has no clean
+	// marker, or is gone (see memBolt).
+	memIndex bool
 
 	// The index is written behind (see put).
 	flushMu  sync.Mutex // one flush at a time
@@ -340,6 +343,13 @@ func (s *Store) Close() error {
 	err := ferr
 	if err == nil {
 		err = s.markClean()
+	}
+	if err == nil && s.memIndex {
+		// Still no room: the file on disk stays without a clean marker
+		// (or gone), and the next Open rebuilds from the directory.
+		if serr := s.saveIndex(); !noSpace(serr) {
+			err = serr
+		}
 	}
 	if cerr := s.db.Close(); err == nil {
 		err = cerr

@@ -318,3 +318,76 @@ func mustSize(t *testing.T, p string) int64 {
 	}
 	return fi.Size()
 }
+
+// TestENOSPCRemount: a mount killed with SIGKILL leaves cmroot's index
+// unclean, and the disk then fills to the last byte. The remount must come
+// up (cmroot's index rebuilt in memory, the file system having no room for
+// it), a delete must either be journaled or be refused with nothing changed
+// (the killed mount may have left the journal's reserve short: whether it
+// did depends on how far its background apply got), and `cmfs fsck` must
+// pass after the unmount on the still-full disk. Once there is room again,
+// the delete goes through.
+func TestENOSPCRemount(t *testing.T) {
+	requireFUSE(t)
+	backing := filepath.Join(mountTmpfs(t, "8m"), "backing")
+	if err := os.Mkdir(backing, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := mountAt(t, backing, "--journal-reserve", enospcReserve)
+	const n = 400
+	for i := range n {
+		writeFile(t, m.path(fmt.Sprintf("db.db/t/p=1/f-%d", i)), enospcContent(i))
+	}
+	for i := range n - 2 {
+		if err := os.Remove(m.path(fmt.Sprintf("db.db/t/p=1/f-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.crash(t)
+	filler := fillUp(t, backing)
+
+	m2 := mountAt(t, backing, "--journal-reserve", enospcReserve)
+	last := fmt.Sprintf("db.db/t/p=1/f-%d", n-1)
+	removed := removeOnFullDisk(t, m2, last, enospcContent(n-1))
+	checkMountJournal(t, m2, fmt.Sprintf("rm after a remount on a full disk (removed: %v)", removed))
+	m2.unmount(t)
+	verifyJournal(t, m2.State)
+	if res := cmfs(t, "fsck", "--state", m2.State); res.Code != 0 {
+		t.Fatalf("cmfs fsck on the full disk: %v", res)
+	}
+	if removed {
+		return
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	m3 := mountAt(t, backing, "--journal-reserve", enospcReserve)
+	if err := os.Remove(m3.path(last)); err != nil {
+		t.Fatalf("rm with room again: %v", err)
+	}
+	if got := events(t, m3.State); len(got) == 0 || got[len(got)-1].Path != last {
+		t.Errorf("the rm with room again was not the journal's last event")
+	}
+}
+
+// removeOnFullDisk removes rel through m and reports whether it did. A
+// refusal must be ENOSPC, and leave the file as it was (content want).
+func removeOnFullDisk(t *testing.T, m *mounted, rel string, want []byte) bool {
+	t.Helper()
+	err := os.Remove(m.path(rel))
+	if err == nil {
+		if got := events(t, m.State); len(got) == 0 || got[len(got)-1].Path != rel {
+			t.Errorf("rm %s succeeded, but it is not the journal's last event", rel)
+		}
+		return true
+	}
+	t.Logf("rm %s refused: %v", rel, err)
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("rm %s: %v, want ENOSPC", rel, err)
+	}
+	if got, rerr := os.ReadFile(m.path(rel)); rerr != nil || !bytes.Equal(got, want) {
+		t.Errorf("rm %s refused (%v), but the file no longer holds its content (%v)", rel, errnoOf(err), rerr)
+	}
+	return false
+}

@@ -6,11 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
-
-	"github.com/cmfs-project/cmfs/internal/wait"
 )
 
 // fsyncWrites is how many random 4 KiB writes the fsync tests make, with
@@ -110,18 +106,9 @@ func TestFsyncPowerLoss(t *testing.T) {
 	acked := events(t, m.State) // before the descriptor opens (randomWritesFsynced)
 	f := randomWritesFsynced(t, m.path("db.db/t/p=1/data"), data)
 
-	pids := daemonPIDs(m.Mnt)
-	if len(pids) == 0 {
-		t.Fatalf("no cmfs daemon serves %s", m.Mnt)
-	}
-	for _, pid := range pids {
-		syscall.Kill(pid, syscall.SIGKILL)
-	}
-	wait.For(t, 10*time.Second, "the killed daemon to exit", func() bool { return len(daemonPIDs(m.Mnt)) == 0 })
+	m.kill(t)
 	f.Close()
-	forceUnmount(t, m.Mnt)
-	wait.For(t, 10*time.Second, "dead mount to go", func() bool { return !isMounted(m.Mnt) })
-	m.NoCheck = true // the remount's cleanup checks
+	m.detach(t)
 	crashLazy(t, l)
 
 	m2 := mountAt(t, backing)

@@ -305,6 +305,38 @@ func (m *mounted) unmount(t testing.TB) {
 	live.Delete(m.Mnt)
 }
 
+// crash kills m's daemon with SIGKILL, as a crash would, waits for it to
+// exit and detaches the dead mount. The state is left as the kill left
+// it: m's cleanup no longer checks it (a remount's does).
+func (m *mounted) crash(t testing.TB) {
+	t.Helper()
+	m.kill(t)
+	m.detach(t)
+}
+
+// kill kills m's daemon with SIGKILL and waits for it to exit; the dead
+// mount stays until detach.
+func (m *mounted) kill(t testing.TB) {
+	t.Helper()
+	pids := daemonPIDs(m.Mnt)
+	if len(pids) == 0 {
+		t.Fatalf("no cmfs daemon serves %s", m.Mnt)
+	}
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	wait.For(t, 10*time.Second, "the killed daemon to exit", func() bool { return len(daemonPIDs(m.Mnt)) == 0 })
+}
+
+// detach removes the dead mount of a killed daemon, and leaves checking
+// the state to a remount's cleanup.
+func (m *mounted) detach(t testing.TB) {
+	t.Helper()
+	forceUnmount(t, m.Mnt)
+	wait.For(t, 10*time.Second, "dead mount to go", func() bool { return !isMounted(m.Mnt) })
+	m.NoCheck = true
+}
+
 // unmountAndCheck is every mount's cleanup: unmount, then the journal must
 // pass Verify and `cmfs fsck` must exit 0.
 func (m *mounted) unmountAndCheck(t testing.TB) {

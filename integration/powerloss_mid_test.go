@@ -201,9 +201,7 @@ func crashMidWorkload(t *testing.T, l *lazyMount, m *mounted, mode syncMode, rou
 		acked = rounds() // every mkdir that returned
 	}
 	wait.For(t, 10*time.Second, "the killed daemon to exit", func() bool { return len(daemonPIDs(m.Mnt)) == 0 })
-	forceUnmount(t, m.Mnt)
-	wait.For(t, 10*time.Second, "dead mount to go", func() bool { return !isMounted(m.Mnt) })
-	m.NoCheck = true // the remount's cleanup checks
+	m.detach(t)
 	if power {
 		crashLazy(t, l)
 		t.Setenv(statedir.TestBootIDEnv, fmt.Sprintf("powerloss-mid-workload-boot-%d", round))

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -76,17 +75,7 @@ func powerLoss(t *testing.T, mode string) {
 	}
 
 	// kill -9, then the power goes.
-	pids := daemonPIDs(m.Mnt)
-	if len(pids) == 0 {
-		t.Fatalf("no cmfs daemon serves %s", m.Mnt)
-	}
-	for _, pid := range pids {
-		syscall.Kill(pid, syscall.SIGKILL)
-	}
-	wait.For(t, 10*time.Second, "the killed daemon to exit", func() bool { return len(daemonPIDs(m.Mnt)) == 0 })
-	forceUnmount(t, m.Mnt)
-	wait.For(t, 10*time.Second, "dead mount to go", func() bool { return !isMounted(m.Mnt) })
-	m.NoCheck = true // the remount's cleanup checks
+	m.crash(t)
 	crashLazy(t, l)
 
 	if res := cmfs(t, "fsck", "--state", m.State); res.Code != 0 {
@@ -231,13 +220,7 @@ func TestPowerLossMovedBeforeFlush(t *testing.T) {
 	})
 	acked := events(t, m.State)
 
-	for _, pid := range daemonPIDs(m.Mnt) {
-		syscall.Kill(pid, syscall.SIGKILL)
-	}
-	wait.For(t, 10*time.Second, "the killed daemon to exit", func() bool { return len(daemonPIDs(m.Mnt)) == 0 })
-	forceUnmount(t, m.Mnt)
-	wait.For(t, 10*time.Second, "dead mount to go", func() bool { return !isMounted(m.Mnt) })
-	m.NoCheck = true
+	m.crash(t)
 	crashLazy(t, l)
 	t.Setenv(statedir.TestBootIDEnv, "moved-before-flush-boot-1")
 

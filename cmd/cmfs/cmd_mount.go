@@ -355,7 +355,11 @@ func runMountForeground(ctx context.Context, plan mountPlan) (err error) {
 	}()
 	store, err := cmroot.Open(cfg.CMRoot, cmroot.Options{Retain: cfg.Retain})
 	if err != nil {
-		return fmt.Errorf("open cmroot %s: %w", cfg.CMRoot, err)
+		return err // cmroot.Open names the directory
+	}
+	if store.IndexInMemory() {
+		log.Warn("cmroot index kept in memory: no room for it on disk; it is written back at unmount if there is room then, else rebuilt at the next mount",
+			slog.String("cmroot", cfg.CMRoot))
 	}
 	defer func() {
 		if cerr := store.Close(); cerr != nil && err == nil {

@@ -136,7 +136,7 @@ func openStore(t target) (*cmroot.Store, error) {
 	}
 	s, err := cmroot.Open(dir, cmroot.Options{Retain: t.record.Retention(cmroot.DefaultRetain)})
 	if err != nil {
-		return nil, fmt.Errorf("open cmroot %s: %w", dir, err)
+		return nil, err // cmroot.Open names the directory
 	}
 	return s, nil
 }

@@ -14,6 +14,7 @@
 //	inflight              changes under way (package protect)
 //	tmp/                  new inodes for O_TRUNC swaps (package protect)
 //	mount.json            the last mount's Record (boot id, clean stop)
+//	.mount.json.room      room allocated for the next Record (full disks)
 //	cmfs.log              stderr of a --daemon mount
 //	replicad-ingest.json  how far replicad serve --ingest got
 //	catalog*.db           the catalogs of replicad dump (repl.CatalogFile)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cmfs-project/cmfs/internal/durable"
+	"golang.org/x/sys/unix"
 )
 
 // Names cmfs reserves in the backing directory.
@@ -33,6 +34,7 @@ const (
 	SocketFile       = "control.sock"
 	CMRootDir        = "cmroot"
 	RecordFile       = "mount.json"
+	RecordRoomFile   = ".mount.json.room"
 	InflightFile     = "inflight"
 	TmpDir           = "tmp"
 	LogFile          = "cmfs.log"
@@ -167,13 +169,94 @@ func MarkClean(state string) error {
 	return WriteRecord(state, r)
 }
 
-// WriteRecord writes the mount record durably.
+// WriteRecord writes the mount record durably, replacing the last one
+// atomically. A mount writes its record as it starts and as it stops, and
+// both must work on a full file system: each write also keeps room for the
+// next (recordRoom bytes allocated in RecordRoomFile), which that write
+// fills and renames over the record.
 func WriteRecord(state string, r Record) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	return durable.WriteFile(filepath.Join(state, RecordFile), append(b, '\n'), 0o600)
+	b = append(b, '\n')
+	path := filepath.Join(state, RecordFile)
+	used, err := writeIntoRoom(state, path, b)
+	if !used {
+		err = durable.WriteFile(path, b, 0o600) // names path
+	} else if err != nil {
+		err = fmt.Errorf("write %s: %w", path, err)
+	}
+	if err != nil {
+		return err
+	}
+	// Best effort: with no room left, the next write tries the usual way
+	// (and makes the room again if it can).
+	keepRoom(state)
+	return nil
+}
+
+// recordRoom is how much RecordRoomFile keeps allocated: a record is a few
+// hundred bytes.
+const recordRoom = 4096
+
+// writeIntoRoom writes b over the allocated room, makes it durable and
+// renames it over path. used is false when there is no room file, or it is
+// not allocated: the caller writes the usual way.
+func writeIntoRoom(state, path string, b []byte) (used bool, err error) {
+	room := filepath.Join(state, RecordRoomFile)
+	f, err := os.OpenFile(room, os.O_WRONLY, 0)
+	if err != nil {
+		return false, nil
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Blocks*512 < int64(len(b)) || int64(len(b)) > recordRoom {
+		f.Close()
+		return false, nil
+	}
+	err = func() error {
+		if _, err := f.WriteAt(b, 0); err != nil {
+			return err
+		}
+		if err := f.Truncate(int64(len(b))); err != nil {
+			return err
+		}
+		if err := f.Chmod(0o600); err != nil {
+			return err
+		}
+		return f.Sync()
+	}()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(room) // what it holds now is neither room nor a record
+		return true, err
+	}
+	if err := os.Rename(room, path); err != nil {
+		return true, err
+	}
+	return true, durable.SyncDir(state)
+}
+
+// keepRoom allocates RecordRoomFile for the next WriteRecord, if it is not
+// there; a failure (no room) leaves no file behind.
+func keepRoom(state string) {
+	room := filepath.Join(state, RecordRoomFile)
+	f, err := os.OpenFile(room, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return
+	}
+	err = unix.Fallocate(int(f.Fd()), 0, 0, recordRoom)
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		_, err = f.Write(make([]byte, recordRoom))
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err != nil || cerr != nil {
+		os.Remove(room)
+	}
 }
 
 // Retention is the record's retention; def (cmroot.DefaultRetain, which

@@ -1,9 +1,12 @@
 package statedir
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -126,5 +129,55 @@ func TestGlobMatchesPathMatch(t *testing.T) {
 	}
 	if direct < len(DefaultExcludes) {
 		t.Errorf("%d patterns compared directly, want at least the %d default ones", direct, len(DefaultExcludes))
+	}
+}
+
+// TestRecordOnFullDisk: a mount writes its record as it starts and as it
+// stops; on a file system filled since the last write, both must work.
+func TestRecordOnFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("not root: mounting a tmpfs needs uid 0")
+	}
+	state := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", state).CombinedOutput(); err != nil {
+		t.Fatalf("mount -t tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", state).Run() })
+
+	r := Record{Backing: "/b", PID: 1, BootID: "x"}
+	if err := WriteRecord(state, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(state, RecordRoomFile)); err != nil {
+		t.Fatalf("no room kept for the next record: %v", err)
+	}
+	f, err := os.Create(filepath.Join(state, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err = f.Write(make([]byte, 4096)); err == nil; _, err = f.Write(make([]byte, 512)) {
+	}
+	f.Close()
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the tmpfs: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "probe"), []byte("x"), 0o600); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("the tmpfs is not full: a new file took a byte (%v)", err)
+	}
+
+	for pid := 2; pid <= 4; pid++ { // a start, a stop, the next start
+		r.PID = pid
+		if err := WriteRecord(state, r); err != nil {
+			t.Fatalf("record %d on a full file system: %v", pid, err)
+		}
+		if got, err := ReadRecord(state); err != nil || got != r {
+			t.Fatalf("record %d read back as %+v, %v", pid, got, err)
+		}
+	}
+	if err := MarkClean(state); err != nil {
+		t.Fatalf("MarkClean on a full file system: %v", err)
 	}
 }
