@@ -342,7 +342,11 @@ func (s *Store) Close() error {
 	s.closed = true
 	err := ferr
 	if err == nil {
-		err = s.markClean()
+		// No room for the marker's commit leaves the index unclean,
+		// which costs the next Open a rebuild and loses nothing.
+		if err = s.markClean(); noSpace(err) {
+			err = nil
+		}
 	}
 	if err == nil && s.memIndex {
 		// Still no room: the file on disk stays without a clean marker
